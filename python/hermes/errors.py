@@ -1,0 +1,47 @@
+"""The exceptions hermes raises, in one hierarchy.
+
+They are defined by the Rust core (so storage failures map to them in one
+place, ``rust/src/error.rs``) and re-exported here as the public names::
+
+    HermesError
+    ├── StateDbError                 the session database failed an operation
+    │   ├── CorruptDatabaseError     damaged file
+    │   │   └── NotADatabaseError    not SQLite at all (left untouched)
+    │   ├── DatabaseLockedError      write lock held past the retry budget
+    │   ├── ReadOnlyDatabaseError    file or directory not writable
+    │   ├── DiskFullError            no space left
+    │   └── DatabaseClosedError      used after close()
+    ├── MessageEncodeError           a message could not become a row
+    ├── SessionNotFoundError         unknown session id
+    └── ConfigError                  bad config.yaml / environment / flags
+
+Every message names the file or session and says what to do.
+"""
+
+from hermes._core import (
+    ConfigError,
+    CorruptDatabaseError,
+    DatabaseClosedError,
+    DatabaseLockedError,
+    DiskFullError,
+    HermesError,
+    MessageEncodeError,
+    NotADatabaseError,
+    ReadOnlyDatabaseError,
+    SessionNotFoundError,
+    StateDbError,
+)
+
+__all__ = [
+    "ConfigError",
+    "CorruptDatabaseError",
+    "DatabaseClosedError",
+    "DatabaseLockedError",
+    "DiskFullError",
+    "HermesError",
+    "MessageEncodeError",
+    "NotADatabaseError",
+    "ReadOnlyDatabaseError",
+    "SessionNotFoundError",
+    "StateDbError",
+]

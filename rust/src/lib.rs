@@ -1,0 +1,37 @@
+//! `hermes._core`: the session store and transcript flush behind `hermes`.
+//! See docs/ARCHITECTURE.md for what each module does.
+
+pub mod decode;
+pub mod encode;
+pub mod error;
+pub mod model;
+pub mod py_store;
+pub mod schema;
+pub mod store;
+pub mod tracker;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+mod _core {
+    use super::*;
+
+    #[pymodule_export]
+    use crate::py_store::{FlushTracker, Store};
+
+    #[pymodule_export]
+    use crate::error::{
+        ConfigError, CorruptDatabaseError, DatabaseClosedError, DatabaseLockedError, DiskFullError,
+        HermesError, MessageEncodeError, NotADatabaseError, ReadOnlyDatabaseError,
+        SessionNotFoundError, StateDbError,
+    };
+
+    #[pymodule_init]
+    fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        m.add("SCHEMA_VERSION", crate::schema::SCHEMA_VERSION)?;
+        m.add("SQLITE_VERSION", rusqlite::version())?;
+        m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        m.add("SCAFFOLDING_FLAGS", crate::tracker::SCAFFOLDING_FLAGS)?;
+        Ok(())
+    }
+}

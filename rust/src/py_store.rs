@@ -1,0 +1,516 @@
+//! The Python face of the core: `Store` and `FlushTracker`.
+//!
+//! Each method converts its Python arguments to owned Rust values while
+//! holding the GIL, releases it (`py.detach`) for the SQL, fsync and busy
+//! waits, then converts the result back.
+
+use std::path::PathBuf;
+use std::sync::{Mutex, TryLockError};
+use std::time::Duration;
+
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString};
+
+use crate::decode;
+use crate::encode::{self, Warnings};
+use crate::error::{Error, MessageEncodeError};
+use crate::model::{self, NewMessage, Row, Value};
+use crate::schema::Synchronous;
+use crate::store::{Backend, Options, Page, SqliteBackend, WriteOp, WriteOut};
+use crate::tracker::{AddressSet, Known, Plan, Tracker};
+
+/// An open `state.db`. Thread-safe; share one per process.
+#[pyclass(frozen, module = "hermes._core")]
+pub struct Store {
+    backend: Box<dyn Backend>,
+}
+
+/// Remembers, by object identity, which of one agent's message dicts are
+/// already in the database.
+#[pyclass(frozen, module = "hermes._core")]
+pub struct FlushTracker {
+    inner: Mutex<Tracker>,
+}
+
+fn log_warnings(py: Python<'_>, context: &str, warnings: &Warnings) {
+    if warnings.0.is_empty() {
+        return;
+    }
+    let logged = py.import("logging").and_then(|logging| {
+        logging
+            .call_method1("getLogger", ("hermes.state",))?
+            .call_method1(
+                "warning",
+                (
+                    "%s: stored in a substitute form: %s",
+                    context,
+                    warnings.0.join("; "),
+                ),
+            )
+    });
+    if let Err(e) = logged {
+        e.write_unraisable(py, None);
+    }
+}
+
+/// A sequence as a list, reusing it when it already is one.
+fn as_list<'py>(seq: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    match seq.cast::<PyList>() {
+        Ok(list) => Ok(list.clone()),
+        Err(_) => PyList::new(seq.py(), seq.try_iter()?.collect::<PyResult<Vec<_>>>()?),
+    }
+}
+
+fn columns(d: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String, Value)>> {
+    let mut out = Vec::new();
+    let mut warnings = Warnings::default();
+    if let Some(d) = d {
+        for (k, v) in d.iter() {
+            let name: String = k.extract()?;
+            out.push((name, column_value(&v, &mut warnings)?));
+        }
+    }
+    Ok(out)
+}
+
+/// A session column value: scalars as they are, structures as JSON.
+fn column_value(v: &Bound<'_, PyAny>, warnings: &mut Warnings) -> PyResult<Value> {
+    if v.is_none() {
+        Ok(Value::Null)
+    } else if let Ok(s) = v.cast::<PyString>() {
+        Ok(Value::Text(encode::text(s, warnings)))
+    } else if let Ok(b) = v.extract::<bool>() {
+        Ok(Value::Integer(b as i64))
+    } else if let Ok(n) = v.extract::<i64>() {
+        Ok(Value::Integer(n))
+    } else if let Ok(x) = v.extract::<f64>() {
+        Ok(Value::Real(x))
+    } else {
+        Ok(Value::Text(encode::to_json(v, warnings)?))
+    }
+}
+
+fn encode_messages<'py>(
+    py: Python<'py>,
+    session_id: &str,
+    dicts: impl Iterator<Item = PyResult<Bound<'py, PyAny>>>,
+) -> PyResult<Vec<NewMessage>> {
+    let now = model::now();
+    let mut warnings = Warnings::default();
+    let mut rows = Vec::new();
+    for (index, item) in dicts.enumerate() {
+        let item = item?;
+        let dict = item.cast::<PyDict>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "message {index} of session {session_id:?} is a {}, not a dict; pass message dicts like {{\"role\": \"user\", \"content\": \"...\"}}",
+                item.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            ))
+        })?;
+        let row = encode::message(dict, now, &mut warnings).map_err(|e| {
+            MessageEncodeError::new_err(format!(
+                "message {index} of session {session_id:?} could not be encoded: {e}; nothing was written"
+            ))
+        })?;
+        rows.push(row);
+    }
+    log_warnings(py, &format!("session {session_id:?}"), &warnings);
+    Ok(rows)
+}
+
+fn rows_to_list<'py>(
+    py: Python<'py>,
+    rows: &[Row],
+    convert: impl Fn(Python<'py>, &Row) -> PyResult<Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyList>> {
+    let list = PyList::empty(py);
+    for r in rows {
+        list.append(convert(py, r)?)?;
+    }
+    Ok(list)
+}
+
+impl Store {
+    fn write(&self, py: Python<'_>, op: WriteOp) -> PyResult<WriteOut> {
+        let backend = &*self.backend;
+        Ok(py.detach(|| backend.write(op))?)
+    }
+
+    fn ids(out: WriteOut) -> Vec<i64> {
+        match out {
+            WriteOut::Ids(ids) => ids,
+            _ => Vec::new(),
+        }
+    }
+}
+
+#[pymethods]
+impl Store {
+    #[new]
+    #[pyo3(signature = (path, *, synchronous = "FULL", busy_budget = 10.0))]
+    fn new(py: Python<'_>, path: PathBuf, synchronous: &str, busy_budget: f64) -> PyResult<Self> {
+        let synchronous = Synchronous::parse(synchronous).ok_or_else(|| {
+            Error::Config(format!(
+                "synchronous={synchronous:?} is not supported; use \"FULL\" (durable on power loss) or \"NORMAL\""
+            ))
+        })?;
+        if !(busy_budget.is_finite() && busy_budget >= 0.0) {
+            return Err(Error::Config(format!(
+                "busy_budget={busy_budget} must be a number of seconds >= 0"
+            ))
+            .into());
+        }
+        let options = Options {
+            synchronous,
+            busy_budget: Duration::from_secs_f64(busy_budget),
+        };
+        let backend = py.detach(|| SqliteBackend::open(&path, options))?;
+        Ok(Store {
+            backend: Box::new(backend),
+        })
+    }
+
+    /// The database file.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.backend.location().to_path_buf()
+    }
+
+    /// The columns of the `sessions` table.
+    #[getter]
+    fn session_columns(&self) -> Vec<String> {
+        self.backend.session_columns().to_vec()
+    }
+
+    /// Inserts a session row; when it exists, fills only its NULL columns.
+    #[pyo3(signature = (session_id, source, columns = None, started_at = None))]
+    fn create_session(
+        &self,
+        py: Python<'_>,
+        session_id: String,
+        source: String,
+        columns: Option<&Bound<'_, PyDict>>,
+        started_at: Option<f64>,
+    ) -> PyResult<()> {
+        let op = WriteOp::CreateSession {
+            id: session_id,
+            source,
+            started_at: started_at.unwrap_or_else(model::now),
+            columns: self::columns(columns)?,
+        };
+        self.write(py, op).map(drop)
+    }
+
+    /// Sets columns of a session row.
+    fn update_session(
+        &self,
+        py: Python<'_>,
+        session_id: String,
+        columns: &Bound<'_, PyDict>,
+    ) -> PyResult<()> {
+        let op = WriteOp::UpdateSession {
+            id: session_id,
+            columns: self::columns(Some(columns))?,
+        };
+        self.write(py, op).map(drop)
+    }
+
+    /// Appends message dicts in order, in one transaction with the counters.
+    /// With `once_key`, a repeat of the same key writes nothing.
+    #[pyo3(signature = (session_id, messages, once_key = None))]
+    fn append(
+        &self,
+        py: Python<'_>,
+        session_id: String,
+        messages: &Bound<'_, PyAny>,
+        once_key: Option<String>,
+    ) -> PyResult<Vec<i64>> {
+        let rows = encode_messages(py, &session_id, messages.try_iter()?)?;
+        let op = WriteOp::Append {
+            session_id,
+            rows,
+            once_key,
+        };
+        self.write(py, op).map(Self::ids)
+    }
+
+    /// Writes every dict of `messages` not yet persisted (by identity; see
+    /// `FlushTracker`) in one transaction. Returns how many were written.
+    /// On failure nothing is committed and the tracker is unchanged.
+    #[pyo3(signature = (tracker, session_id, messages, history = None, seed = None))]
+    fn flush(
+        &self,
+        py: Python<'_>,
+        tracker: &Bound<'_, FlushTracker>,
+        session_id: String,
+        messages: &Bound<'_, PyAny>,
+        history: Option<&Bound<'_, PyAny>>,
+        seed: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        let mut state = tracker.get().lock()?;
+        let plan = plan_flush(&mut state, &session_id, messages, history, seed)?;
+        let written = plan.new.len();
+        if written > 0 {
+            let rows = encode_messages(
+                py,
+                &session_id,
+                plan.new.iter().map(|d| Ok(d.clone().into_any())),
+            )?;
+            let op = WriteOp::Append {
+                session_id,
+                rows,
+                once_key: None,
+            };
+            self.write(py, op)?;
+        }
+        state.commit(plan);
+        Ok(written)
+    }
+
+    fn get_session<'py>(
+        &self,
+        py: Python<'py>,
+        session_id: &str,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let backend = &*self.backend;
+        let row = py.detach(|| backend.session(session_id))?;
+        row.map(|r| decode::row(py, &r)).transpose()
+    }
+
+    /// The live `message_count` (None if the session does not exist).
+    fn message_count(&self, py: Python<'_>, session_id: &str) -> PyResult<Option<i64>> {
+        let backend = &*self.backend;
+        Ok(py.detach(|| backend.message_count(session_id))?)
+    }
+
+    /// True when another connection (process, CLI, cron) committed since the
+    /// previous call.
+    fn foreign_commit_since_last_look(&self, py: Python<'_>) -> PyResult<bool> {
+        let backend = &*self.backend;
+        Ok(py.detach(|| backend.foreign_commit_since_last_look())?)
+    }
+
+    /// Raw message rows (structured columns decoded), ordered by id.
+    #[pyo3(signature = (session_id, include_inactive = false))]
+    fn get_messages<'py>(
+        &self,
+        py: Python<'py>,
+        session_id: &str,
+        include_inactive: bool,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let backend = &*self.backend;
+        let rows = py.detach(|| backend.messages(session_id, include_inactive))?;
+        rows_to_list(py, &rows, decode::message_row)
+    }
+
+    /// Messages in the OpenAI conversation shape, ordered by id.
+    #[pyo3(signature = (session_id, include_inactive = false))]
+    fn get_conversation<'py>(
+        &self,
+        py: Python<'py>,
+        session_id: &str,
+        include_inactive: bool,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let backend = &*self.backend;
+        let rows = py.detach(|| backend.messages(session_id, include_inactive))?;
+        rows_to_list(py, &rows, decode::conversation_message)
+    }
+
+    #[pyo3(signature = (source = None, limit = 50, offset = 0))]
+    fn list_sessions<'py>(
+        &self,
+        py: Python<'py>,
+        source: Option<String>,
+        limit: i64,
+        offset: i64,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let page = Page {
+            source,
+            session_id: None,
+            limit,
+            offset,
+        };
+        let backend = &*self.backend;
+        let rows = py.detach(|| backend.list_sessions(&page))?;
+        rows_to_list(py, &rows, decode::row)
+    }
+
+    /// Full-text search (FTS5 syntax) over content, tool names and tool calls.
+    #[pyo3(signature = (query, source = None, session_id = None, limit = 20, offset = 0))]
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        query: String,
+        source: Option<String>,
+        session_id: Option<String>,
+        limit: i64,
+        offset: i64,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let page = Page {
+            source,
+            session_id,
+            limit,
+            offset,
+        };
+        let backend = &*self.backend;
+        let rows = py.detach(|| backend.search(&query, &page))?;
+        rows_to_list(py, &rows, decode::message_row)
+    }
+
+    fn has_platform_message_id(
+        &self,
+        py: Python<'_>,
+        session_id: &str,
+        platform_message_id: &str,
+    ) -> PyResult<bool> {
+        let backend = &*self.backend;
+        Ok(py.detach(|| backend.has_platform_message_id(session_id, platform_message_id))?)
+    }
+
+    #[pyo3(signature = (session_key, entry_json, scope = String::new()))]
+    fn save_routing(
+        &self,
+        py: Python<'_>,
+        session_key: String,
+        entry_json: String,
+        scope: String,
+    ) -> PyResult<()> {
+        let op = WriteOp::SaveRouting {
+            scope,
+            session_key,
+            entry_json,
+        };
+        self.write(py, op).map(drop)
+    }
+
+    #[pyo3(signature = (scope = ""))]
+    fn load_routing(&self, py: Python<'_>, scope: &str) -> PyResult<Vec<(String, String)>> {
+        let backend = &*self.backend;
+        Ok(py.detach(|| backend.routing_entries(scope))?)
+    }
+
+    #[pyo3(signature = (session_keys, scope = String::new()))]
+    fn delete_routing(
+        &self,
+        py: Python<'_>,
+        session_keys: Vec<String>,
+        scope: String,
+    ) -> PyResult<()> {
+        let op = WriteOp::DeleteRouting {
+            scope,
+            session_keys,
+        };
+        self.write(py, op).map(drop)
+    }
+
+    fn get_meta(&self, py: Python<'_>, key: &str) -> PyResult<Option<String>> {
+        let backend = &*self.backend;
+        Ok(py.detach(|| backend.meta(key))?)
+    }
+
+    fn set_meta(&self, py: Python<'_>, key: String, value: String) -> PyResult<()> {
+        self.write(py, WriteOp::SetMeta { key, value }).map(drop)
+    }
+
+    /// Closes every connection; later calls raise `DatabaseClosedError`.
+    fn close(&self, py: Python<'_>) {
+        let backend = &*self.backend;
+        py.detach(|| backend.close());
+    }
+}
+
+fn seed_addresses(seed: &Bound<'_, PyAny>) -> PyResult<AddressSet> {
+    let mut out = AddressSet::default();
+    for item in seed.try_iter()? {
+        // id() values are non-negative and fit in usize; anything else
+        // cannot name a live object and is ignored.
+        if let Ok(addr) = item?.extract::<usize>() {
+            out.insert(addr);
+        }
+    }
+    Ok(out)
+}
+
+/// Plans a flush of `messages` for `session_id` (switching the tracker to
+/// that session first, which forgets another session's objects).
+fn plan_flush<'py>(
+    state: &mut Tracker,
+    session_id: &str,
+    messages: &Bound<'py, PyAny>,
+    history: Option<&Bound<'py, PyAny>>,
+    seed: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Plan<'py>> {
+    state.switch_session(session_id);
+    let live = as_list(messages)?;
+    let history = history.map(as_list).transpose()?;
+    let seed = seed.map(seed_addresses).transpose()?;
+    Ok(state.plan(
+        &live,
+        &Known {
+            history: history.as_ref(),
+            seed: seed.as_ref(),
+        },
+    ))
+}
+
+impl FlushTracker {
+    fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, Tracker>> {
+        match self.inner.try_lock() {
+            Ok(guard) => Ok(guard),
+            Err(TryLockError::Poisoned(p)) => Ok(p.into_inner()),
+            Err(TryLockError::WouldBlock) => Err(PyRuntimeError::new_err(
+                "another thread is flushing this agent's transcript; serialize flushes per agent (AIAgent does this with its persist lock)",
+            )),
+        }
+    }
+}
+
+#[pymethods]
+impl FlushTracker {
+    #[new]
+    fn new() -> Self {
+        FlushTracker {
+            inner: Mutex::new(Tracker::default()),
+        }
+    }
+
+    /// The session the tracked objects belong to.
+    #[getter]
+    fn session_id(&self) -> PyResult<Option<String>> {
+        Ok(self.lock()?.session_id().map(str::to_owned))
+    }
+
+    /// How many message objects are remembered as persisted.
+    fn __len__(&self) -> PyResult<usize> {
+        Ok(self.lock()?.tracked_len())
+    }
+
+    /// The dicts the next flush of `messages` would write, in order.
+    #[pyo3(signature = (session_id, messages, history = None, seed = None))]
+    fn pending<'py>(
+        &self,
+        session_id: &str,
+        messages: &Bound<'py, PyAny>,
+        history: Option<&Bound<'py, PyAny>>,
+        seed: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let mut state = self.lock()?;
+        Ok(plan_flush(&mut state, session_id, messages, history, seed)?.new)
+    }
+
+    /// Records `messages` as persisted without writing them (they went to
+    /// the recovery spool instead).
+    #[pyo3(signature = (session_id, messages, history = None, seed = None))]
+    fn mark_persisted(
+        &self,
+        session_id: &str,
+        messages: &Bound<'_, PyAny>,
+        history: Option<&Bound<'_, PyAny>>,
+        seed: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let mut state = self.lock()?;
+        let plan = plan_flush(&mut state, session_id, messages, history, seed)?;
+        state.commit(plan);
+        Ok(())
+    }
+}

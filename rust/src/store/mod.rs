@@ -1,0 +1,93 @@
+//! What the Python layer asks of storage, behind one trait.
+//!
+//! `SqliteBackend` is the only implementation today. A second backend (for
+//! example PostgreSQL, for gateways spread over several hosts) implements
+//! [`Backend`] and plugs into `py_store::Store` without touching Python.
+
+mod group_commit;
+mod sqlite;
+
+pub use sqlite::{Options, SqliteBackend};
+
+use std::path::Path;
+
+use crate::error::Result;
+use crate::model::{NewMessage, Row, Value};
+
+/// One write, executed inside a transaction that may carry other callers'
+/// writes too (group commit). Each write succeeds or fails on its own.
+#[derive(Debug, Clone)]
+pub enum WriteOp {
+    /// Insert the session row; if it exists, fill only its NULL columns.
+    CreateSession {
+        id: String,
+        source: String,
+        started_at: f64,
+        columns: Vec<(String, Value)>,
+    },
+    /// Insert messages in order and move the session's counters with them.
+    /// With `once_key`, the write happens at most once per key (recorded in
+    /// `state_meta`); a repeat returns no ids.
+    Append {
+        session_id: String,
+        rows: Vec<NewMessage>,
+        once_key: Option<String>,
+    },
+    UpdateSession {
+        id: String,
+        columns: Vec<(String, Value)>,
+    },
+    SaveRouting {
+        scope: String,
+        session_key: String,
+        entry_json: String,
+    },
+    DeleteRouting {
+        scope: String,
+        session_keys: Vec<String>,
+    },
+    SetMeta {
+        key: String,
+        value: String,
+    },
+}
+
+/// What a write returns.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WriteOut {
+    Done,
+    Ids(Vec<i64>),
+}
+
+/// Filters for listing and searching.
+#[derive(Debug, Clone, Default)]
+pub struct Page {
+    pub source: Option<String>,
+    pub session_id: Option<String>,
+    pub limit: i64,
+    pub offset: i64,
+}
+
+pub trait Backend: Send + Sync {
+    /// The file (or address) this backend stores into, for error messages.
+    fn location(&self) -> &Path;
+
+    /// Runs one write; group-committed with concurrent writes from other threads.
+    fn write(&self, op: WriteOp) -> Result<WriteOut>;
+
+    fn session(&self, id: &str) -> Result<Option<Row>>;
+    /// The live `message_count` of a session (`None` when it does not exist).
+    fn message_count(&self, id: &str) -> Result<Option<i64>>;
+    /// Whether any other connection committed since the previous call.
+    fn foreign_commit_since_last_look(&self) -> Result<bool>;
+    /// A session's messages in insertion order (`messages.id`).
+    fn messages(&self, session_id: &str, include_inactive: bool) -> Result<Vec<Row>>;
+    fn list_sessions(&self, page: &Page) -> Result<Vec<Row>>;
+    fn search(&self, query: &str, page: &Page) -> Result<Vec<Row>>;
+    fn has_platform_message_id(&self, session_id: &str, platform_message_id: &str) -> Result<bool>;
+    fn routing_entries(&self, scope: &str) -> Result<Vec<(String, String)>>;
+    fn meta(&self, key: &str) -> Result<Option<String>>;
+    /// The column names of the `sessions` table, for validating updates.
+    fn session_columns(&self) -> &[String];
+    fn close(&self);
+}

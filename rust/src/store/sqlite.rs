@@ -1,0 +1,805 @@
+//! The SQLite backend: one writer connection fed by group commit, a pool of
+//! reader connections, and whole-transaction retry with jitter on contention.
+
+use std::fs::OpenOptions;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Statement};
+
+use super::group_commit::GroupCommit;
+use super::{Backend, Page, WriteOp, WriteOut};
+use crate::error::{Error, Result, StorageKind};
+use crate::model::{NewMessage, Row, Value};
+use crate::schema::{self, Synchronous};
+
+/// How a store is opened.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub synchronous: Synchronous,
+    /// How long a write may keep retrying a busy database before it fails.
+    pub busy_budget: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            synchronous: Synchronous::Full,
+            busy_budget: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The file's identity, to notice it being deleted or replaced underneath us
+/// (SQLite would keep writing into the unlinked inode and lose every turn).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+pub struct SqliteBackend {
+    path: PathBuf,
+    options: Options,
+    file_id: FileId,
+    writer: Mutex<Option<Writer>>,
+    readers: Mutex<Vec<Connection>>,
+    commits: GroupCommit<WriteOp, WriteOut>,
+    session_columns: Vec<String>,
+    closed: AtomicBool,
+}
+
+struct Writer {
+    conn: Connection,
+    data_version: i64,
+}
+
+const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+trait At<T> {
+    /// Attaches the database path to a SQLite error.
+    fn at(self, path: &Path) -> Result<T>;
+}
+
+impl<T> At<T> for rusqlite::Result<T> {
+    fn at(self, path: &Path) -> Result<T> {
+        self.map_err(|e| Error::sqlite(path, e))
+    }
+}
+
+fn lock<G>(m: &Mutex<G>) -> std::sync::MutexGuard<'_, G> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl SqliteBackend {
+    /// Opens (creating if needed, mode 0600) the database at `path`.
+    /// A file that is not a SQLite database is refused and never written.
+    pub fn open(path: &Path, options: Options) -> Result<Self> {
+        let path = path.to_path_buf();
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|source| Error::Io {
+                path: path.clone(),
+                source: Arc::new(source),
+            })?;
+        }
+        Self::refuse_foreign_file(&path)?;
+        // Create the file ourselves so it is 0600 from its first byte; SQLite
+        // gives the -wal and -shm files the same mode.
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|source| Error::Io {
+                path: path.clone(),
+                source: Arc::new(source),
+            })?;
+        let file_id = Self::file_id(&path)?;
+        let conn = Self::connect(&path, options.synchronous)?;
+        Self::with_busy_retry(&path, options.busy_budget, || {
+            conn.execute_batch("BEGIN IMMEDIATE")?;
+            let done = schema::ensure(&conn).and_then(|_| conn.execute_batch("COMMIT"));
+            if done.is_err() && !conn.is_autocommit() {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+            done
+        })?;
+        let session_columns = conn
+            .prepare("SELECT name FROM pragma_table_info('sessions')")
+            .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+            .at(&path)?;
+        let data_version = Self::data_version(&conn).at(&path)?;
+        Ok(SqliteBackend {
+            path,
+            options,
+            file_id,
+            writer: Mutex::new(Some(Writer { conn, data_version })),
+            readers: Mutex::new(Vec::new()),
+            commits: GroupCommit::default(),
+            session_columns,
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    fn refuse_foreign_file(path: &Path) -> Result<()> {
+        let mut header = [0u8; 16];
+        let read = match std::fs::File::open(path) {
+            Ok(mut f) => f.read(&mut header),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => {
+                return Err(Error::Io {
+                    path: path.to_path_buf(),
+                    source: Arc::new(source),
+                })
+            }
+        };
+        match read {
+            Ok(0) => Ok(()),
+            Ok(n) if n == 16 && &header == SQLITE_MAGIC => Ok(()),
+            Ok(_) => Err(Error::NotADatabase {
+                path: path.to_path_buf(),
+            }),
+            Err(source) => Err(Error::Io {
+                path: path.to_path_buf(),
+                source: Arc::new(source),
+            }),
+        }
+    }
+
+    fn file_id(path: &Path) -> Result<FileId> {
+        let meta = std::fs::metadata(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source: Arc::new(source),
+        })?;
+        Ok(FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        })
+    }
+
+    fn connect(path: &Path, sync: Synchronous) -> Result<Connection> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI;
+        let conn = Connection::open_with_flags(path, flags).at(path)?;
+        schema::configure(&conn, sync).at(path)?;
+        Ok(conn)
+    }
+
+    fn data_version(conn: &Connection) -> rusqlite::Result<i64> {
+        conn.query_row("PRAGMA data_version", [], |r| r.get(0))
+    }
+
+    /// Runs `attempt` until it stops failing with busy/locked or the budget
+    /// runs out, sleeping a jittered, growing pause between tries so that
+    /// competing writers spread out instead of convoying.
+    fn with_busy_retry<T>(
+        path: &Path,
+        budget: Duration,
+        mut attempt: impl FnMut() -> rusqlite::Result<T>,
+    ) -> Result<T> {
+        let deadline = Instant::now() + budget;
+        let mut pause_ms = 2u64;
+        loop {
+            match attempt().at(path) {
+                Err(e) if e.is_busy() && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(fastrand::u64(1..=pause_ms)));
+                    pause_ms = (pause_ms * 2).min(100);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn ensure_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed {
+                path: self.path.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuses to write when the path no longer names the file we opened.
+    fn ensure_same_file(&self) -> Result<()> {
+        match Self::file_id(&self.path) {
+            Ok(id) if id == self.file_id => Ok(()),
+            _ => Err(Error::Storage {
+                kind: StorageKind::Other,
+                path: self.path.clone(),
+                detail: "the database file was deleted or replaced while open; nothing was written. Restore the file (or restart to start a new one) and retry".into(),
+            }),
+        }
+    }
+
+    /// Borrows a reader connection for `f`, opening one when none is idle.
+    fn read<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
+        self.ensure_open()?;
+        let conn = match lock(&self.readers).pop() {
+            Some(c) => c,
+            None => Self::connect(&self.path, self.options.synchronous)?,
+        };
+        let out = f(&conn).at(&self.path);
+        if !self.closed.load(Ordering::Acquire) {
+            lock(&self.readers).push(conn);
+        }
+        out
+    }
+
+    /// Commits one batch: every job in one `BEGIN IMMEDIATE` transaction.
+    fn commit_batch(&self, jobs: &[WriteOp]) -> Vec<Result<WriteOut>> {
+        let fail_all = |e: &Error| jobs.iter().map(|_| Err(e.clone())).collect();
+        if let Err(e) = self.ensure_open().and_then(|_| self.ensure_same_file()) {
+            return fail_all(&e);
+        }
+        let mut writer = lock(&self.writer);
+        let Some(writer) = writer.as_mut() else {
+            return fail_all(&Error::Closed {
+                path: self.path.clone(),
+            });
+        };
+        let conn = &writer.conn;
+        let deadline = Instant::now() + self.options.busy_budget;
+        let mut pause_ms = 2u64;
+        loop {
+            match self.try_commit(conn, jobs) {
+                Ok(results) => return results,
+                Err(e) => {
+                    if !conn.is_autocommit() {
+                        let _ = conn.execute_batch("ROLLBACK");
+                    }
+                    if !(e.is_busy() && Instant::now() < deadline) {
+                        return fail_all(&e);
+                    }
+                    std::thread::sleep(Duration::from_millis(fastrand::u64(1..=pause_ms)));
+                    pause_ms = (pause_ms * 2).min(100);
+                }
+            }
+        }
+    }
+
+    /// One attempt at a batch. A job that fails for its own reasons (unknown
+    /// session, constraint) is rolled back to its savepoint and reported to
+    /// its caller alone; busy and I/O failures abort the whole attempt.
+    fn try_commit(&self, conn: &Connection, jobs: &[WriteOp]) -> Result<Vec<Result<WriteOut>>> {
+        let path = &self.path;
+        conn.execute_batch("BEGIN IMMEDIATE").at(path)?;
+        let isolate = jobs.len() > 1;
+        let mut results = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            if isolate {
+                conn.execute_batch("SAVEPOINT job").at(path)?;
+            }
+            match self.apply(conn, job) {
+                Ok(out) => {
+                    if isolate {
+                        conn.execute_batch("RELEASE job").at(path)?;
+                    }
+                    results.push(Ok(out));
+                }
+                Err(e) if e.is_whole_batch_failure() => return Err(e),
+                Err(e) => {
+                    if isolate {
+                        conn.execute_batch("ROLLBACK TO job; RELEASE job")
+                            .at(path)?;
+                    }
+                    results.push(Err(e));
+                }
+            }
+        }
+        conn.execute_batch("COMMIT").at(path)?;
+        Ok(results)
+    }
+
+    fn apply(&self, conn: &Connection, op: &WriteOp) -> Result<WriteOut> {
+        let path = &self.path;
+        match op {
+            WriteOp::CreateSession {
+                id,
+                source,
+                started_at,
+                columns,
+            } => {
+                let mut names = vec!["id", "source", "started_at"];
+                let mut values: Vec<&Value> = Vec::with_capacity(columns.len());
+                let (id_v, source_v, started_v) = (
+                    Value::Text(id.clone()),
+                    Value::Text(source.clone()),
+                    Value::Real(*started_at),
+                );
+                values.extend([&id_v, &source_v, &started_v]);
+                for (name, value) in columns {
+                    names.push(self.checked_column(name)?);
+                    values.push(value);
+                }
+                // A repeat create fills only columns still NULL, so the
+                // gateway's bare row and the agent's richer one merge.
+                let fill: Vec<String> = names[3..]
+                    .iter()
+                    .map(|c| format!("{c} = COALESCE(sessions.{c}, excluded.{c})"))
+                    .collect();
+                let on_conflict = if fill.is_empty() {
+                    "DO NOTHING".to_owned()
+                } else {
+                    format!("DO UPDATE SET {}", fill.join(", "))
+                };
+                let sql = format!(
+                    "INSERT INTO sessions ({}) VALUES ({}) ON CONFLICT(id) {on_conflict}",
+                    names.join(", "),
+                    vec!["?"; names.len()].join(", ")
+                );
+                conn.prepare_cached(&sql)
+                    .and_then(|mut s| s.execute(rusqlite::params_from_iter(values)))
+                    .at(path)?;
+                Ok(WriteOut::Done)
+            }
+            WriteOp::Append {
+                session_id,
+                rows,
+                once_key,
+            } => {
+                if let Some(key) = once_key {
+                    let seen = conn
+                        .prepare_cached("SELECT 1 FROM state_meta WHERE key = ?1")
+                        .and_then(|mut s| s.exists([key]))
+                        .at(path)?;
+                    if seen {
+                        return Ok(WriteOut::Ids(Vec::new()));
+                    }
+                    conn.prepare_cached("INSERT INTO state_meta (key, value) VALUES (?1, ?2)")
+                        .and_then(|mut s| s.execute(params![key, crate::model::now().to_string()]))
+                        .at(path)?;
+                }
+                self.append_rows(conn, session_id, rows).map(WriteOut::Ids)
+            }
+            WriteOp::UpdateSession { id, columns } => {
+                if columns.is_empty() {
+                    return Ok(WriteOut::Done);
+                }
+                let mut sets = Vec::with_capacity(columns.len());
+                for (name, _) in columns {
+                    sets.push(format!("{} = ?", self.checked_column(name)?));
+                }
+                let sql = format!("UPDATE sessions SET {} WHERE id = ?", sets.join(", "));
+                let id_v = Value::Text(id.clone());
+                let values = columns.iter().map(|(_, v)| v).chain(std::iter::once(&id_v));
+                let n = conn
+                    .prepare_cached(&sql)
+                    .and_then(|mut s| s.execute(rusqlite::params_from_iter(values)))
+                    .at(path)?;
+                if n == 0 {
+                    return Err(self.not_found(id));
+                }
+                Ok(WriteOut::Done)
+            }
+            WriteOp::SaveRouting {
+                scope,
+                session_key,
+                entry_json,
+            } => {
+                conn.prepare_cached(
+                    "INSERT INTO gateway_routing (scope, session_key, entry_json, updated_at)
+                     VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT(scope, session_key) DO UPDATE
+                     SET entry_json = excluded.entry_json, updated_at = excluded.updated_at",
+                )
+                .and_then(|mut s| {
+                    s.execute(params![scope, session_key, entry_json, crate::model::now()])
+                })
+                .at(path)?;
+                Ok(WriteOut::Done)
+            }
+            WriteOp::DeleteRouting {
+                scope,
+                session_keys,
+            } => {
+                let mut stmt = conn
+                    .prepare_cached(
+                        "DELETE FROM gateway_routing WHERE scope = ?1 AND session_key = ?2",
+                    )
+                    .at(path)?;
+                for key in session_keys {
+                    stmt.execute(params![scope, key]).at(path)?;
+                }
+                Ok(WriteOut::Done)
+            }
+            WriteOp::SetMeta { key, value } => {
+                conn.prepare_cached(
+                    "INSERT INTO state_meta (key, value) VALUES (?1, ?2)
+                     ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                )
+                .and_then(|mut s| s.execute(params![key, value]))
+                .at(path)?;
+                Ok(WriteOut::Done)
+            }
+        }
+    }
+
+    /// Inserts `rows` and moves the session's counters in the same
+    /// transaction, so `message_count` always equals the active rows.
+    fn append_rows(
+        &self,
+        conn: &Connection,
+        session_id: &str,
+        rows: &[NewMessage],
+    ) -> Result<Vec<i64>> {
+        let path = &self.path;
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let tool_calls: i64 = rows.iter().map(|r| r.tool_call_count).sum();
+        let touched = conn
+            .prepare_cached(
+                "UPDATE sessions SET message_count = COALESCE(message_count, 0) + ?1,
+                 tool_call_count = COALESCE(tool_call_count, 0) + ?2 WHERE id = ?3",
+            )
+            .and_then(|mut s| s.execute(params![rows.len() as i64, tool_calls, session_id]))
+            .at(path)?;
+        if touched == 0 {
+            return Err(self.not_found(session_id));
+        }
+        let mut insert = conn
+            .prepare_cached(
+                "INSERT INTO messages (session_id, role, content, tool_call_id, tool_calls,
+                 tool_name, effect_disposition, timestamp, token_count, finish_reason, reasoning,
+                 reasoning_content, reasoning_details, codex_reasoning_items, codex_message_items,
+                 platform_message_id, observed, active, api_content)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                 ?17, 1, ?18)",
+            )
+            .at(path)?;
+        let mut ids = Vec::with_capacity(rows.len());
+        for row in rows {
+            ids.push(Self::insert_row(&mut insert, session_id, row).at(path)?);
+        }
+        Ok(ids)
+    }
+
+    fn insert_row(
+        stmt: &mut Statement<'_>,
+        session_id: &str,
+        m: &NewMessage,
+    ) -> rusqlite::Result<i64> {
+        stmt.insert(params![
+            session_id,
+            m.role,
+            m.content,
+            m.tool_call_id,
+            m.tool_calls,
+            m.tool_name,
+            m.effect_disposition,
+            m.timestamp,
+            m.token_count,
+            m.finish_reason,
+            m.reasoning,
+            m.reasoning_content,
+            m.reasoning_details,
+            m.codex_reasoning_items,
+            m.codex_message_items,
+            m.platform_message_id,
+            m.observed as i64,
+            m.api_content,
+        ])
+    }
+
+    fn checked_column<'a>(&self, name: &'a str) -> Result<&'a str> {
+        if self.session_columns.iter().any(|c| c == name) {
+            Ok(name)
+        } else {
+            Err(Error::Config(format!(
+                "{}: sessions has no column {name:?}; valid columns: {}",
+                self.path.display(),
+                self.session_columns.join(", ")
+            )))
+        }
+    }
+
+    fn not_found(&self, id: &str) -> Error {
+        Error::SessionNotFound {
+            session_id: id.to_owned(),
+            path: self.path.clone(),
+        }
+    }
+
+    fn rows(stmt: &mut Statement<'_>, params: impl rusqlite::Params) -> rusqlite::Result<Vec<Row>> {
+        let columns: Arc<[String]> = stmt.column_names().map(String::from).collect();
+        let width = columns.len();
+        let mut out = Vec::new();
+        let mut rows = stmt.query(params)?;
+        while let Some(r) = rows.next()? {
+            let mut values = Vec::with_capacity(width);
+            for i in 0..width {
+                values.push(r.get::<_, Value>(i)?);
+            }
+            out.push(Row {
+                columns: Arc::clone(&columns),
+                values,
+            });
+        }
+        Ok(out)
+    }
+}
+
+impl Error {
+    /// Failures that doom the whole transaction rather than one job in it.
+    fn is_whole_batch_failure(&self) -> bool {
+        matches!(
+            self,
+            Error::Storage {
+                kind: StorageKind::Locked
+                    | StorageKind::Full
+                    | StorageKind::Corrupt
+                    | StorageKind::ReadOnly,
+                ..
+            } | Error::Io { .. }
+        )
+    }
+}
+
+const MESSAGE_COLUMNS: &str = "id, session_id, role, content, tool_call_id, tool_calls, tool_name,
+    effect_disposition, timestamp, token_count, finish_reason, reasoning, reasoning_content,
+    reasoning_details, codex_reasoning_items, codex_message_items, platform_message_id, observed,
+    active, compacted, api_content";
+
+impl Backend for SqliteBackend {
+    fn location(&self) -> &Path {
+        &self.path
+    }
+
+    fn write(&self, op: WriteOp) -> Result<WriteOut> {
+        self.ensure_open()?;
+        self.commits.submit(op, |jobs| self.commit_batch(jobs))
+    }
+
+    fn session(&self, id: &str) -> Result<Option<Row>> {
+        self.read(|c| {
+            let mut stmt = c.prepare_cached("SELECT * FROM sessions WHERE id = ?1")?;
+            Ok(Self::rows(&mut stmt, [id])?.pop())
+        })
+    }
+
+    fn message_count(&self, id: &str) -> Result<Option<i64>> {
+        self.read(|c| {
+            c.prepare_cached("SELECT COALESCE(message_count, 0) FROM sessions WHERE id = ?1")?
+                .query_row([id], |r| r.get(0))
+                .optional()
+        })
+    }
+
+    fn foreign_commit_since_last_look(&self) -> Result<bool> {
+        self.ensure_open()?;
+        let mut writer = lock(&self.writer);
+        let Some(w) = writer.as_mut() else {
+            return Err(Error::Closed {
+                path: self.path.clone(),
+            });
+        };
+        // data_version moves only for commits made by *other* connections.
+        let now = Self::data_version(&w.conn).at(&self.path)?;
+        let changed = now != w.data_version;
+        w.data_version = now;
+        Ok(changed)
+    }
+
+    fn messages(&self, session_id: &str, include_inactive: bool) -> Result<Vec<Row>> {
+        self.read(|c| {
+            let sql = if include_inactive {
+                format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1 ORDER BY id")
+            } else {
+                format!(
+                    "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1 AND active = 1 ORDER BY id"
+                )
+            };
+            let mut stmt = c.prepare_cached(&sql)?;
+            Self::rows(&mut stmt, [session_id])
+        })
+    }
+
+    fn list_sessions(&self, page: &Page) -> Result<Vec<Row>> {
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT * FROM sessions WHERE (?1 IS NULL OR source = ?1)
+                 ORDER BY started_at DESC, id DESC LIMIT ?2 OFFSET ?3",
+            )?;
+            Self::rows(&mut stmt, params![page.source, page.limit, page.offset])
+        })
+    }
+
+    fn search(&self, query: &str, page: &Page) -> Result<Vec<Row>> {
+        let out = self.read(|c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT m.id, m.session_id, m.role, m.content, m.tool_name, m.timestamp,
+                        s.source, s.title,
+                        snippet(messages_fts, 0, '>>>', '<<<', '...', 12) AS snippet
+                 FROM messages_fts
+                 JOIN messages m ON m.id = messages_fts.rowid
+                 JOIN sessions s ON s.id = m.session_id
+                 WHERE messages_fts MATCH ?1 AND m.active = 1
+                   AND (?2 IS NULL OR s.source = ?2)
+                   AND (?3 IS NULL OR m.session_id = ?3)
+                 ORDER BY rank LIMIT ?4 OFFSET ?5",
+            )?;
+            Self::rows(
+                &mut stmt,
+                params![query, page.source, page.session_id, page.limit, page.offset],
+            )
+        });
+        out.map_err(|e| match e {
+            Error::Storage {
+                detail,
+                kind: StorageKind::Other,
+                ..
+            } if detail.contains("fts5")
+                || detail.contains("syntax error")
+                || detail.contains("no such column") =>
+            {
+                Error::BadQuery {
+                    query: query.to_owned(),
+                    detail,
+                }
+            }
+            other => other,
+        })
+    }
+
+    fn has_platform_message_id(&self, session_id: &str, platform_message_id: &str) -> Result<bool> {
+        self.read(|c| {
+            c.prepare_cached(
+                "SELECT 1 FROM messages WHERE session_id = ?1 AND platform_message_id = ?2 LIMIT 1",
+            )?
+            .exists([session_id, platform_message_id])
+        })
+    }
+
+    fn routing_entries(&self, scope: &str) -> Result<Vec<(String, String)>> {
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT session_key, entry_json FROM gateway_routing WHERE scope = ?1 ORDER BY session_key",
+            )?;
+            let rows = stmt.query_map([scope], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect()
+        })
+    }
+
+    fn meta(&self, key: &str) -> Result<Option<String>> {
+        self.read(|c| {
+            c.prepare_cached("SELECT value FROM state_meta WHERE key = ?1")?
+                .query_row([key], |r| r.get(0))
+                .optional()
+        })
+    }
+
+    fn session_columns(&self) -> &[String] {
+        &self.session_columns
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        lock(&self.readers).clear();
+        if let Some(w) = lock(&self.writer).take() {
+            // A final passive checkpoint keeps the WAL small for the next opener.
+            let _ = w.conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::NewMessage;
+
+    fn open(dir: &tempfile::TempDir) -> SqliteBackend {
+        SqliteBackend::open(&dir.path().join("state.db"), Options::default()).unwrap()
+    }
+
+    fn create(db: &SqliteBackend, id: &str) {
+        db.write(WriteOp::CreateSession {
+            id: id.into(),
+            source: "cli".into(),
+            started_at: 1.0,
+            columns: vec![],
+        })
+        .unwrap();
+    }
+
+    fn append(db: &SqliteBackend, id: &str, n: usize) -> Result<WriteOut> {
+        db.write(WriteOp::Append {
+            session_id: id.into(),
+            rows: (0..n)
+                .map(|i| NewMessage::text("user", &format!("m{i}"), 1.0))
+                .collect(),
+            once_key: None,
+        })
+    }
+
+    #[test]
+    fn counts_move_with_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        create(&db, "s");
+        append(&db, "s", 3).unwrap();
+        append(&db, "s", 2).unwrap();
+        assert_eq!(db.message_count("s").unwrap(), Some(5));
+        assert_eq!(db.messages("s", false).unwrap().len(), 5);
+    }
+
+    #[test]
+    fn append_to_missing_session_commits_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        let err = append(&db, "nope", 2).unwrap_err();
+        assert!(matches!(err, Error::SessionNotFound { .. }));
+        let n: i64 = db
+            .read(|c| c.query_row("SELECT COUNT(*) FROM messages", [], |r| r.get(0)))
+            .unwrap();
+        assert_eq!(n, 0);
+    }
+
+    #[test]
+    fn once_key_writes_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        create(&db, "s");
+        let op = || WriteOp::Append {
+            session_id: "s".into(),
+            rows: vec![NewMessage::text("user", "x", 1.0)],
+            once_key: Some("k".into()),
+        };
+        assert!(matches!(db.write(op()).unwrap(), WriteOut::Ids(ids) if ids.len() == 1));
+        assert_eq!(db.write(op()).unwrap(), WriteOut::Ids(vec![]));
+        assert_eq!(db.message_count("s").unwrap(), Some(1));
+    }
+
+    #[test]
+    fn foreign_file_is_refused_and_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        std::fs::write(&path, b"not a database at all, just text").unwrap();
+        let before = std::fs::read(&path).unwrap();
+        let err = SqliteBackend::open(&path, Options::default())
+            .err()
+            .unwrap();
+        assert!(matches!(err, Error::NotADatabase { .. }));
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        assert!(!dir.path().join("state.db-wal").exists());
+    }
+
+    #[test]
+    fn files_are_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        create(&db, "s");
+        for name in ["state.db", "state.db-wal", "state.db-shm"] {
+            let mode = std::fs::metadata(dir.path().join(name)).unwrap().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{name}");
+        }
+    }
+
+    #[test]
+    fn deleted_file_is_noticed() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        create(&db, "s");
+        std::fs::remove_file(dir.path().join("state.db")).unwrap();
+        let err = append(&db, "s", 1).unwrap_err();
+        assert!(err.to_string().contains("deleted or replaced"), "{err}");
+    }
+
+    #[test]
+    fn foreign_commits_are_seen_own_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = open(&dir);
+        let b = open(&dir);
+        create(&a, "s");
+        assert!(!a.foreign_commit_since_last_look().unwrap());
+        let _ = b.foreign_commit_since_last_look().unwrap();
+        append(&b, "s", 1).unwrap();
+        assert!(a.foreign_commit_since_last_look().unwrap());
+        assert!(!a.foreign_commit_since_last_look().unwrap());
+    }
+}
