@@ -2,9 +2,9 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
-use pyo3::IntoPyObjectExt;
+use pyo3::{intern, IntoPyObjectExt};
 
-use crate::model::{Row, Value};
+use crate::model::{msg, Row, Value};
 use crate::schema::CONTENT_JSON_PREFIX;
 
 pub fn value<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
@@ -99,61 +99,73 @@ pub fn message_row<'py>(py: Python<'py>, r: &Row) -> PyResult<Bound<'py, PyDict>
     Ok(dict)
 }
 
-fn text_of(r: &Row, column: &str) -> Option<String> {
-    match r.get(column) {
-        Some(Value::Text(s)) if !s.is_empty() => Some(s.clone()),
+fn text_at(r: &Row, index: usize) -> Option<&str> {
+    match &r.values[index] {
+        Value::Text(s) if !s.is_empty() => Some(s),
         _ => None,
     }
 }
 
-/// A `messages` row in the OpenAI conversation shape the agent replays:
-/// `role`, `content`, and each optional field only when it has a value.
+/// A `messages` row (read with [`crate::model::MESSAGE_COLUMNS`]) in the
+/// OpenAI conversation shape the agent replays: `role`, `content`, and each
+/// optional field only when it has a value.
 pub fn conversation_message<'py>(py: Python<'py>, r: &Row) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
-    let role = text_of(r, "role").unwrap_or_default();
-    dict.set_item("role", &role)?;
+    let role = text_at(r, msg::ROLE).unwrap_or_default();
+    dict.set_item(intern!(py, "role"), role)?;
     dict.set_item(
-        "content",
-        content(py, r.get("content").unwrap_or(&Value::Null))?,
+        intern!(py, "content"),
+        content(py, &r.values[msg::CONTENT])?,
     )?;
-    if let Some(s) = text_of(r, "api_content") {
-        dict.set_item("api_content", s)?;
+    if let Some(s) = text_at(r, msg::API_CONTENT) {
+        dict.set_item(intern!(py, "api_content"), s)?;
     }
-    match r.get("timestamp") {
-        Some(Value::Real(t)) if *t != 0.0 => dict.set_item("timestamp", *t)?,
-        Some(Value::Integer(t)) if *t != 0 => dict.set_item("timestamp", *t as f64)?,
+    match r.values[msg::TIMESTAMP] {
+        Value::Real(t) if t != 0.0 => dict.set_item(intern!(py, "timestamp"), t)?,
+        Value::Integer(t) if t != 0 => dict.set_item(intern!(py, "timestamp"), t as f64)?,
         _ => {}
     }
-    for column in ["tool_call_id", "tool_name", "effect_disposition"] {
-        if let Some(s) = text_of(r, column) {
-            dict.set_item(column, s)?;
+    let optional = [
+        (intern!(py, "tool_call_id"), msg::TOOL_CALL_ID),
+        (intern!(py, "tool_name"), msg::TOOL_NAME),
+        (intern!(py, "effect_disposition"), msg::EFFECT_DISPOSITION),
+    ];
+    for (key, index) in optional {
+        if let Some(s) = text_at(r, index) {
+            dict.set_item(key, s)?;
         }
     }
-    if let Some(s) = text_of(r, "tool_calls") {
-        dict.set_item("tool_calls", json(py, &s)?)?;
+    if let Some(s) = text_at(r, msg::TOOL_CALLS) {
+        dict.set_item(intern!(py, "tool_calls"), json(py, s)?)?;
     }
-    if let Some(s) = text_of(r, "platform_message_id") {
-        dict.set_item("message_id", s)?;
+    if let Some(s) = text_at(r, msg::PLATFORM_MESSAGE_ID) {
+        dict.set_item(intern!(py, "message_id"), s)?;
     }
-    if matches!(r.get("observed"), Some(Value::Integer(n)) if *n != 0) {
-        dict.set_item("observed", true)?;
+    if matches!(r.values[msg::OBSERVED], Value::Integer(n) if n != 0) {
+        dict.set_item(intern!(py, "observed"), true)?;
     }
     if role == "assistant" {
-        for column in ["finish_reason", "reasoning"] {
-            if let Some(s) = text_of(r, column) {
-                dict.set_item(column, s)?;
+        for (key, index) in [
+            (intern!(py, "finish_reason"), msg::FINISH_REASON),
+            (intern!(py, "reasoning"), msg::REASONING),
+        ] {
+            if let Some(s) = text_at(r, index) {
+                dict.set_item(key, s)?;
             }
         }
-        if let Some(Value::Text(s)) = r.get("reasoning_content") {
-            dict.set_item("reasoning_content", s)?;
+        if let Value::Text(s) = &r.values[msg::REASONING_CONTENT] {
+            dict.set_item(intern!(py, "reasoning_content"), s)?;
         }
-        for column in [
-            "reasoning_details",
-            "codex_reasoning_items",
-            "codex_message_items",
+        for (key, index) in [
+            (intern!(py, "reasoning_details"), msg::REASONING_DETAILS),
+            (
+                intern!(py, "codex_reasoning_items"),
+                msg::CODEX_REASONING_ITEMS,
+            ),
+            (intern!(py, "codex_message_items"), msg::CODEX_MESSAGE_ITEMS),
         ] {
-            if let Some(s) = text_of(r, column) {
-                dict.set_item(column, json(py, &s)?)?;
+            if let Some(s) = text_at(r, index) {
+                dict.set_item(key, json(py, s)?)?;
             }
         }
     }

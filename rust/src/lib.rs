@@ -12,6 +12,11 @@ pub mod tracker;
 
 use pyo3::prelude::*;
 
+// Transcript loads and flushes allocate many short-lived strings; mimalloc
+// keeps that churn out of glibc's arena locks and page zeroing.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[pymodule]
 mod _core {
     use super::*;

@@ -64,19 +64,36 @@ pub struct Row {
     pub values: Vec<Value>,
 }
 
-impl Row {
-    pub fn get(&self, column: &str) -> Option<&Value> {
-        self.columns
-            .iter()
-            .position(|c| c == column)
-            .map(|i| &self.values[i])
-    }
-}
-
 /// Seconds since the Unix epoch, as SQLite `REAL` timestamps are stored.
 pub fn now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0)
+}
+
+/// The columns of a message read, in this order (see [`msg`] for indices).
+pub const MESSAGE_COLUMNS: &str = "id, session_id, role, content, tool_call_id, tool_calls, \
+    tool_name, effect_disposition, timestamp, token_count, finish_reason, reasoning, \
+    reasoning_content, reasoning_details, codex_reasoning_items, codex_message_items, \
+    platform_message_id, observed, active, compacted, api_content";
+
+/// Positions of [`MESSAGE_COLUMNS`] in a message [`Row`].
+pub mod msg {
+    pub const ROLE: usize = 2;
+    pub const CONTENT: usize = 3;
+    pub const TOOL_CALL_ID: usize = 4;
+    pub const TOOL_CALLS: usize = 5;
+    pub const TOOL_NAME: usize = 6;
+    pub const EFFECT_DISPOSITION: usize = 7;
+    pub const TIMESTAMP: usize = 8;
+    pub const FINISH_REASON: usize = 10;
+    pub const REASONING: usize = 11;
+    pub const REASONING_CONTENT: usize = 12;
+    pub const REASONING_DETAILS: usize = 13;
+    pub const CODEX_REASONING_ITEMS: usize = 14;
+    pub const CODEX_MESSAGE_ITEMS: usize = 15;
+    pub const PLATFORM_MESSAGE_ID: usize = 16;
+    pub const OBSERVED: usize = 17;
+    pub const API_CONTENT: usize = 20;
 }

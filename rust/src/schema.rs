@@ -173,10 +173,16 @@ CREATE INDEX IF NOT EXISTS idx_sessions_gateway_peer
     ON sessions(source, user_id, chat_id, chat_type, thread_id, started_at DESC);
 CREATE INDEX IF NOT EXISTS idx_sessions_handoff_state ON sessions(handoff_state, started_at);
 CREATE UNIQUE INDEX IF NOT EXISTS idx_sessions_title_unique ON sessions(title) WHERE title IS NOT NULL;
+-- Ours: index entries end with the rowid, so a session's active messages
+-- come out of this index already in id order (no sort of the transcript).
+CREATE INDEX IF NOT EXISTS idx_messages_session_order ON messages(session_id, active);
 "#;
 
 /// The word index over content, tool name and tool calls, kept in sync by
-/// triggers so every writer (ours, hermes-agent's, a CLI) indexes alike.
+/// triggers for every writer. Our own writer connection runs with triggers
+/// disabled and executes the insert trigger's statement itself, set-based,
+/// in the same transaction (`SqliteBackend::index_rows`); it never updates
+/// or deletes message rows.
 const FTS: &str = r#"
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(content);
 
