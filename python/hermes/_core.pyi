@@ -4,6 +4,26 @@ from collections.abc import Iterable, Mapping, Sequence
 from os import PathLike
 from typing import Any, final
 
+__all__ = [
+    "ConfigError",
+    "CorruptDatabaseError",
+    "DatabaseClosedError",
+    "DatabaseLockedError",
+    "DiskFullError",
+    "FlushTracker",
+    "HermesError",
+    "MessageEncodeError",
+    "NotADatabaseError",
+    "ReadOnlyDatabaseError",
+    "SCAFFOLDING_FLAGS",
+    "SCHEMA_VERSION",
+    "SQLITE_VERSION",
+    "SessionNotFoundError",
+    "StateDbError",
+    "Store",
+    "__version__",
+]
+
 SCHEMA_VERSION: int
 SQLITE_VERSION: str
 __version__: str

@@ -1,8 +1,9 @@
 //! Owned rows → Python dicts, done after the SQL ran without the GIL.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use pyo3::{intern, IntoPyObjectExt};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use crate::model::{msg, Row, Value};
 use crate::schema::CONTENT_JSON_PREFIX;
@@ -17,44 +18,81 @@ pub fn value<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
     }
 }
 
-/// A JSON document as Python objects. Malformed JSON comes back as the raw
-/// string rather than failing the whole read.
+/// A JSON document as Python objects, built straight from the parser (no
+/// intermediate tree). Malformed JSON comes back as the raw string rather
+/// than failing the whole read.
 pub fn json<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
-    match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(doc) => json_value(py, &doc),
+    let mut parser = serde_json::Deserializer::from_str(text);
+    match PyJson(py)
+        .deserialize(&mut parser)
+        .and_then(|v| parser.end().map(|_| v))
+    {
+        Ok(v) => Ok(v),
         Err(_) => text.into_bound_py_any(py),
     }
 }
 
-fn json_value<'py>(py: Python<'py>, v: &serde_json::Value) -> PyResult<Bound<'py, PyAny>> {
-    use serde_json::Value as J;
-    match v {
-        J::Null => Ok(py.None().into_bound(py)),
-        J::Bool(b) => b.into_bound_py_any(py),
-        J::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                i.into_bound_py_any(py)
-            } else if let Some(u) = n.as_u64() {
-                u.into_bound_py_any(py)
-            } else {
-                n.as_f64().unwrap_or(f64::NAN).into_bound_py_any(py)
-            }
+/// Deserializes one JSON value into a Python object.
+struct PyJson<'py>(Python<'py>);
+
+fn py_err<E: de::Error>(e: PyErr) -> E {
+    E::custom(e)
+}
+
+impl<'de, 'py> DeserializeSeed<'de> for PyJson<'py> {
+    type Value = Bound<'py, PyAny>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, 'py> Visitor<'de> for PyJson<'py> {
+    type Value = Bound<'py, PyAny>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(self.0.None().into_bound(self.0))
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        v.into_bound_py_any(self.0).map_err(py_err)
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        v.into_bound_py_any(self.0).map_err(py_err)
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        v.into_bound_py_any(self.0).map_err(py_err)
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        v.into_bound_py_any(self.0).map_err(py_err)
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(PyString::new(self.0, v).into_any())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let list = PyList::empty(self.0);
+        while let Some(item) = seq.next_element_seed(PyJson(self.0))? {
+            list.append(item).map_err(py_err)?;
         }
-        J::String(s) => s.into_bound_py_any(py),
-        J::Array(items) => {
-            let list = PyList::empty(py);
-            for item in items {
-                list.append(json_value(py, item)?)?;
-            }
-            Ok(list.into_any())
+        Ok(list.into_any())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let dict = PyDict::new(self.0);
+        while let Some(key) = map.next_key_seed(PyJson(self.0))? {
+            let value = map.next_value_seed(PyJson(self.0))?;
+            dict.set_item(key, value).map_err(py_err)?;
         }
-        J::Object(map) => {
-            let dict = PyDict::new(py);
-            for (k, item) in map {
-                dict.set_item(k, json_value(py, item)?)?;
-            }
-            Ok(dict.into_any())
-        }
+        Ok(dict.into_any())
     }
 }
 

@@ -36,7 +36,10 @@ mod _core {
         m.add("SCHEMA_VERSION", crate::schema::SCHEMA_VERSION)?;
         m.add("SQLITE_VERSION", rusqlite::version())?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-        m.add("SCAFFOLDING_FLAGS", crate::tracker::SCAFFOLDING_FLAGS)?;
+        m.add(
+            "SCAFFOLDING_FLAGS",
+            pyo3::types::PyTuple::new(m.py(), crate::tracker::SCAFFOLDING_FLAGS)?,
+        )?;
         Ok(())
     }
 }

@@ -367,16 +367,16 @@ impl Store {
         Ok(py.detach(|| backend.has_platform_message_id(session_id, platform_message_id))?)
     }
 
-    #[pyo3(signature = (session_key, entry_json, scope = String::new()))]
+    #[pyo3(signature = (session_key, entry_json, scope = ""))]
     fn save_routing(
         &self,
         py: Python<'_>,
         session_key: String,
         entry_json: String,
-        scope: String,
+        scope: &str,
     ) -> PyResult<()> {
         let op = WriteOp::SaveRouting {
-            scope,
+            scope: scope.to_owned(),
             session_key,
             entry_json,
         };
@@ -389,15 +389,15 @@ impl Store {
         Ok(py.detach(|| backend.routing_entries(scope))?)
     }
 
-    #[pyo3(signature = (session_keys, scope = String::new()))]
+    #[pyo3(signature = (session_keys, scope = ""))]
     fn delete_routing(
         &self,
         py: Python<'_>,
         session_keys: Vec<String>,
-        scope: String,
+        scope: &str,
     ) -> PyResult<()> {
         let op = WriteOp::DeleteRouting {
-            scope,
+            scope: scope.to_owned(),
             session_keys,
         };
         self.write(py, op).map(drop)

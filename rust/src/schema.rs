@@ -240,6 +240,10 @@ pub fn configure(conn: &Connection, sync: Synchronous) -> rusqlite::Result<()> {
     // file truncated back to 64 MiB after a checkpoint.
     conn.pragma_update(None, "wal_autocheckpoint", 1000)?;
     conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
+    // Reads of long transcripts: map the file instead of copying pages in
+    // with read(2), and keep a working set of 16 MiB per connection.
+    conn.pragma_update(None, "mmap_size", 256 * 1024 * 1024)?;
+    conn.pragma_update(None, "cache_size", -16 * 1024)?;
     conn.set_prepared_statement_cache_capacity(64);
     Ok(())
 }

@@ -56,6 +56,8 @@ class TranscriptPersistence:
     _memory_shut_down: bool = False
     _closed: bool = False
     _interrupt_reason: str | None = None
+    #: The session whose recovery spool is known to be empty.
+    _spool_clear_for: str | None = None
 
     # -- per-instance helpers, created on first use -------------------------
 
@@ -136,11 +138,19 @@ class TranscriptPersistence:
             self._session_db_created = True
 
     def _import_pending_spool(self, db: SessionDB, session_id: str) -> None:
-        """A spooled tail must reach the database before anything newer."""
+        """A spooled tail must reach the database before anything newer.
+
+        Only this agent (after its own failures) or an earlier process for
+        the same session can have left a spool, so the file system is asked
+        once per session and again only after this agent spooled.
+        """
+        if self._spool_clear_for == session_id:
+            return
         path = spool_path(session_id)
         if path.exists():
             written = import_spool(db, path)
             logger.warning("session %s: re-imported %d spooled messages from %s", session_id, written, path)
+        self._spool_clear_for = session_id
 
     def _flush_failed(
         self,
@@ -152,7 +162,7 @@ class TranscriptPersistence:
     ) -> bool:
         self._consecutive_flush_failures += 1
         tracker = self._flush_tracker()
-        must_follow_spool = spool_path(session_id).exists()
+        must_follow_spool = self._spool_clear_for != session_id and spool_path(session_id).exists()
         if must_follow_spool or self._consecutive_flush_failures >= SPOOL_AFTER_FAILURES:
             pending = tracker.pending(session_id, messages, history, seed)
             if pending:
@@ -166,6 +176,7 @@ class TranscriptPersistence:
                     )
                     return False
                 tracker.mark_persisted(session_id, messages, history, seed)
+                self._spool_clear_for = None
                 self._flushed_db_message_ids = set()
                 logger.error(
                     "session %s: flush failed %d times (%s); %d messages spooled to %s. "
