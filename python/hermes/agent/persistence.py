@@ -55,6 +55,9 @@ class TranscriptPersistence:
     _consecutive_flush_failures: int = 0
     _memory_shut_down: bool = False
     _closed: bool = False
+    #: Whether ``close()`` marks the session row ended. The gateway clears it
+    #: when it retires a cached agent whose conversation goes on.
+    _end_session_on_close: bool = True
     _interrupt_reason: str | None = None
     #: The session whose recovery spool is known to be empty.
     _spool_clear_for: str | None = None
@@ -235,12 +238,13 @@ class TranscriptPersistence:
         self._interrupt_flag().clear()
 
     def close(self) -> None:
-        """Marks the session row ended. Does not flush: callers flush first."""
+        """Marks the session row ended (unless ``_end_session_on_close`` is
+        False). Does not flush: callers flush first."""
         if self._closed:
             return
         self._closed = True
         db, session_id = self._session_db, self.session_id
-        if db is None or not session_id or not self._session_db_created:
+        if db is None or not session_id or not self._session_db_created or not self._end_session_on_close:
             return
         try:
             db.end_session(session_id, self._interrupt_reason or "closed")

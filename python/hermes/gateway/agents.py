@@ -1,0 +1,83 @@
+"""Getting an agent for a turn — reused from the cache or built — and running the turn.
+
+Agents are ``hermes.agent.AIAgent`` unless ``GatewayConfig.agent_factory`` names another
+callable (a deployment's own agent, or a scripted one in tests of real gateway processes);
+either is called with the same keyword arguments. Building and running happen on the
+runner's worker threads: both block (model calls, tools, SQLite), and the event loop must
+keep serving every other conversation meanwhile.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from hermes.gateway.agent_cache import agent_signature
+from hermes.gateway.plugins import load_dotted
+from hermes.gateway.session import SessionSource
+
+if TYPE_CHECKING:
+    from hermes.gateway.run import GatewayRunner
+    from hermes.state import SessionDB
+
+logger = logging.getLogger(__name__)
+
+AgentFactory = Callable[..., Any]
+
+
+def agent_factory(path: str | None) -> AgentFactory:
+    """The configured factory, or ``AIAgent`` (imported here: the agent is heavy)."""
+    if path is None:
+        from hermes.agent import AIAgent
+        return AIAgent
+    factory = load_dotted(path, "gateway.agent_factory")
+    if not callable(factory):
+        raise TypeError(f"gateway.agent_factory {path!r} is not callable")
+    return factory
+
+
+def build_agent(factory: AgentFactory, session_id: str, session_db: SessionDB | None,
+                source: SessionSource, runtime_kwargs: Mapping[str, Any]) -> Any:
+    return factory(session_id=session_id, session_db=session_db,
+                   platform=source.platform.value, **runtime_kwargs)
+
+
+async def run_agent(
+    runner: GatewayRunner,
+    message: str,
+    history: list[dict[str, Any]],
+    source: SessionSource,
+    session_id: str,
+    session_key: str,
+    runtime_kwargs: Mapping[str, Any],
+) -> dict[str, Any]:
+    """One turn: a coherent agent for the conversation, then ``run_conversation`` off-loop."""
+    signature = agent_signature(runtime_kwargs)
+    live = await runner._live_message_count(session_id)
+    cache = runner._cache()
+    cached, stale = cache.checkout(session_key, signature, session_id, live)
+    if stale:
+        logger.info("rebuilding the agent of %s: its settings or its transcript changed "
+                    "(another process wrote the session)", session_key)
+        runner._release_agents(stale)
+    agent: Any = cached
+    if agent is None:
+        factory = agent_factory(runner.config.agent_factory)
+        db = runner._session_db._db if runner._session_db is not None else None
+        agent = await runner._run_in_executor_with_context(
+            build_agent, factory, session_id, db, source, runtime_kwargs)
+        runner._release_agents(cache.put(session_key, agent, signature, live or 0, session_id,
+                                         busy=runner._running_agents))
+    runner._running_agents[session_key] = agent
+    try:
+        result: dict[str, Any] = await runner._run_in_executor_with_context(functools.partial(
+            agent.run_conversation, message, conversation_history=history, task_id=session_id))
+    finally:
+        if getattr(agent, "is_interrupted", False):
+            # The interrupt arrived after the agent's last check: left set, it would end the
+            # conversation's next turn at once. A fresh agent starts clean.
+            if cache.evict(session_key, agent) is not None:
+                runner._release_agents([agent])
+    return result

@@ -1,0 +1,84 @@
+"""The contract between the runner and a chat platform: events in, replies out.
+
+An adapter turns whatever its platform delivers into ``MessageEvent`` objects and hands each to
+the runner's handler (``set_message_handler``). The handler returns the reply text, or ``None``
+when there is nothing to say. Push platforms (chat bots) call ``handle_message``, which sends
+the reply with ``send``; request/response platforms (the HTTP api_server) call ``dispatch`` and
+put the reply in their response instead.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hermes.gateway.config import Platform, PlatformConfig
+from hermes.gateway.session import SessionSource
+
+
+@dataclass
+class MessageEvent:
+    """One inbound message, normalised; ``message_id`` is the platform's own id (for dedupe)."""
+
+    text: str
+    source: SessionSource
+    message_id: str | None = None
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """What a send achieved; adapters report failures here instead of raising."""
+
+    success: bool
+    message_id: str | None = None
+    error: str | None = None
+
+
+MessageHandler = Callable[[MessageEvent], Awaitable["str | None"]]
+
+
+class BasePlatformAdapter(ABC):
+    """Base of every platform adapter; the runner owns its lifecycle (connect … disconnect)."""
+
+    def __init__(self, config: PlatformConfig, platform: Platform) -> None:
+        self.config = config
+        self.platform = platform
+        self._message_handler: MessageHandler | None = None
+
+    def set_message_handler(self, handler: MessageHandler) -> None:
+        """Called by the runner before ``connect``; events arriving earlier are refused."""
+        self._message_handler = handler
+
+    async def dispatch(self, event: MessageEvent) -> str | None:
+        """Run the runner's handler for ``event`` and return the reply (request/response use)."""
+        if self._message_handler is None:
+            raise RuntimeError(f"{self.platform.value} adapter received a message before the "
+                               "gateway runner attached its handler")
+        return await self._message_handler(event)
+
+    async def handle_message(self, event: MessageEvent) -> SendResult | None:
+        """Run the handler and send a non-empty reply back to the event's chat (push use)."""
+        reply = await self.dispatch(event)
+        if not reply:
+            return None
+        return await self.send(event.source.chat_id, reply, reply_to=event.message_id)
+
+    @abstractmethod
+    async def connect(self) -> bool:
+        """Start receiving messages; ``False`` when the platform cannot be reached."""
+
+    @abstractmethod
+    async def disconnect(self) -> None:
+        """Stop receiving and release connections; must be safe to call twice."""
+
+    @abstractmethod
+    async def send(
+        self,
+        chat_id: str,
+        content: str,
+        reply_to: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> SendResult:
+        """Deliver ``content`` to ``chat_id`` (used for replies and shutdown notices)."""

@@ -1,0 +1,349 @@
+"""Which conversation a message belongs to, and that conversation's transcript.
+
+A chat message is routed by its *session key* (platform, chat, thread, participant — see
+``build_session_key``) to a ``SessionEntry`` that names the current ``session_id`` in
+``state.db``. The routing lives in the same database (``gateway_routing``), one row per key
+written in its own transaction, so a crash never leaves it half-written and a second gateway
+process on the same file finds the conversations the first one started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from hermes.gateway.config import GatewayConfig, Platform
+
+if TYPE_CHECKING:
+    from hermes.state import SessionDB
+
+logger = logging.getLogger(__name__)
+
+SESSION_KEY_NAMESPACE = "agent:main"
+
+
+@dataclass(frozen=True)
+class SessionSource:
+    """Where a message came from: enough to route the reply and to key the conversation."""
+
+    platform: Platform
+    chat_id: str
+    chat_type: str = "dm"  # "dm", "group", "channel" or "thread"
+    user_id: str | None = None
+    user_name: str | None = None
+    thread_id: str | None = None
+    chat_name: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "platform": self.platform.value}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SessionSource:
+        """Ignores keys it does not know (entries written by other gateway versions)."""
+        known = {f.name for f in fields(cls)} - {"platform"}
+        return cls(platform=Platform(data["platform"]),
+                   **{k: v for k, v in data.items() if k in known})
+
+
+def build_session_key(
+    source: SessionSource,
+    group_sessions_per_user: bool = True,
+    thread_sessions_per_user: bool = False,
+) -> str:
+    """The conversation a message belongs to, e.g. ``agent:main:telegram:group:-1001:12345``.
+
+    DMs are one conversation per chat (and thread). In groups the participant is appended so
+    that people sharing a group do not share an agent's memory, unless the message is in a
+    thread: threads are shared by their participants (the usual expectation for forum topics
+    and Slack/Discord threads) unless ``thread_sessions_per_user`` is set.
+    """
+    parts = [SESSION_KEY_NAMESPACE, source.platform.value, source.chat_type]
+    if source.chat_type == "dm":
+        # Without a chat id the sender still isolates the conversation: never one shared
+        # "dm" conversation for every user of a platform.
+        owner = source.chat_id or source.user_id
+        parts += [p for p in (owner, source.thread_id) if p]
+        return ":".join(parts)
+    parts += [p for p in (source.chat_id, source.thread_id) if p]
+    per_user = thread_sessions_per_user if source.thread_id else group_sessions_per_user
+    if per_user and source.user_id:
+        parts.append(source.user_id)
+    return ":".join(parts)
+
+
+def _new_session_id() -> str:
+    return f"{datetime.now():%Y%m%d_%H%M%S}_{uuid.uuid4().hex[:8]}"
+
+
+def _parse_time(value: object) -> datetime | None:
+    return datetime.fromisoformat(value) if isinstance(value, str) and value else None
+
+
+@dataclass
+class SessionEntry:
+    """A session key's current conversation plus what the gateway remembers about it.
+
+    ``resume_pending`` marks a conversation whose turn a shutdown or crash cut off; the next
+    message of it gets a note telling the model so (``hermes.gateway.resume``).
+    """
+
+    session_key: str
+    session_id: str
+    created_at: datetime
+    updated_at: datetime
+    platform: Platform | None = None
+    chat_type: str = "dm"
+    origin: SessionSource | None = None
+    display_name: str | None = None
+    last_prompt_tokens: int = 0
+    resume_pending: bool = False
+    resume_reason: str | None = None
+    last_resume_marked_at: datetime | None = None
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = {
+            "session_key": self.session_key,
+            "session_id": self.session_id,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+            "platform": self.platform.value if self.platform else None,
+            "chat_type": self.chat_type,
+            "origin": self.origin.to_dict() if self.origin else None,
+            "display_name": self.display_name,
+            "last_prompt_tokens": self.last_prompt_tokens,
+            "resume_pending": self.resume_pending,
+            "resume_reason": self.resume_reason,
+            "last_resume_marked_at": (self.last_resume_marked_at.isoformat()
+                                      if self.last_resume_marked_at else None),
+        }
+        return json.dumps(data, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> SessionEntry:
+        data = json.loads(text)
+        created = _parse_time(data.get("created_at")) or datetime.now()
+        return cls(
+            session_key=data["session_key"],
+            session_id=data["session_id"],
+            created_at=created,
+            updated_at=_parse_time(data.get("updated_at")) or created,
+            platform=Platform(data["platform"]) if data.get("platform") else None,
+            chat_type=data.get("chat_type") or "dm",
+            origin=SessionSource.from_dict(data["origin"]) if data.get("origin") else None,
+            display_name=data.get("display_name"),
+            last_prompt_tokens=int(data.get("last_prompt_tokens") or 0),
+            resume_pending=bool(data.get("resume_pending")),
+            resume_reason=data.get("resume_reason"),
+            last_resume_marked_at=_parse_time(data.get("last_resume_marked_at")),
+        )
+
+
+# Message keys the gateway writes itself (when the agent did not persist a turn); the
+# OpenAI-style ``name`` of a tool result is the stored ``tool_name``.
+_MESSAGE_COLUMNS = ("content", "tool_call_id", "tool_calls", "tool_name", "reasoning",
+                    "reasoning_content", "reasoning_details", "codex_reasoning_items",
+                    "codex_message_items", "finish_reason", "token_count",
+                    "effect_disposition", "api_content", "timestamp")
+
+
+def _message_row(message: Mapping[str, Any]) -> dict[str, Any]:
+    row = {k: message[k] for k in _MESSAGE_COLUMNS if message.get(k) is not None}
+    if "tool_name" not in row and message.get("role") == "tool" and message.get("name"):
+        row["tool_name"] = message["name"]
+    if message.get("observed"):
+        row["observed"] = True
+    platform_id = message.get("platform_message_id") or message.get("message_id")
+    if platform_id:
+        row["platform_message_id"] = str(platform_id)
+    return row
+
+
+class SessionStore:
+    """Routing (session key → ``SessionEntry``) and transcripts, both in ``state.db``.
+
+    Thread-safe: the runner calls it from worker threads through ``AsyncSessionStore``.
+    Entries are cached in memory; a key this process has not seen is looked up in the
+    database first, so conversations started by another gateway process are continued, not
+    forked.
+    """
+
+    def __init__(self, db: SessionDB, config: GatewayConfig | None = None, scope: str = "") -> None:
+        self._db = db
+        self._config = config or GatewayConfig()
+        self._scope = scope
+        self._lock = threading.Lock()
+        self._entries: dict[str, SessionEntry] | None = None
+
+    def _loaded(self) -> dict[str, SessionEntry]:
+        if self._entries is None:
+            self._entries = {}
+            self._reload()
+        return self._entries
+
+    def _reload(self) -> None:
+        assert self._entries is not None
+        for key, text in self._db.load_routing_entries(self._scope).items():
+            if key in self._entries:
+                continue
+            try:
+                self._entries[key] = SessionEntry.from_json(text)
+            except (ValueError, KeyError, TypeError) as exc:
+                # One unreadable entry must not take every conversation down; its chat
+                # starts a new conversation, which overwrites the entry.
+                logger.warning("ignoring unreadable routing entry %r in %s: %s", key,
+                               self._db.db_path, exc)
+
+    def _save(self, entry: SessionEntry) -> None:
+        self._loaded()[entry.session_key] = entry
+        self._db.save_routing_entry(entry.session_key, entry.to_json(), self._scope)
+
+    def session_key(self, source: SessionSource) -> str:
+        return build_session_key(source, self._config.group_sessions_per_user,
+                                 self._config.thread_sessions_per_user)
+
+    def get_entry(self, session_key: str) -> SessionEntry | None:
+        with self._lock:
+            return self._loaded().get(session_key)
+
+    def get_or_create_session(self, source: SessionSource) -> SessionEntry:
+        """The key's current conversation; a new one (sessions row + routing) if it has none."""
+        key = self.session_key(source)
+        with self._lock:
+            entries = self._loaded()
+            if key not in entries:
+                self._reload()
+            entry = entries.get(key)
+            if entry is None:
+                entry = self._create(key, source)
+            return entry
+
+    def _create(self, key: str, source: SessionSource) -> SessionEntry:
+        now = datetime.now()
+        entry = SessionEntry(
+            session_key=key, session_id=_new_session_id(), created_at=now, updated_at=now,
+            platform=source.platform, chat_type=source.chat_type, origin=source,
+            display_name=source.chat_name or source.user_name,
+        )
+        # The sessions row first: routing must never point at a session that does not exist.
+        self._db.create_session(
+            entry.session_id, source=source.platform.value, user_id=source.user_id,
+            session_key=key, chat_id=source.chat_id, chat_type=source.chat_type,
+            thread_id=source.thread_id, display_name=entry.display_name,
+            origin_json=json.dumps(source.to_dict(), ensure_ascii=False),
+        )
+        self._save(entry)
+        return entry
+
+    def load_transcript(self, session_id: str) -> list[dict[str, Any]]:
+        """The conversation in ``state.db`` order, including ``session_meta`` marker rows."""
+        return self._db.get_messages_as_conversation(session_id)
+
+    def append_to_transcript(self, session_id: str, message: Mapping[str, Any],
+                             skip_db: bool = False) -> None:
+        """Write one message row; ``skip_db`` (the agent already wrote it) writes nothing."""
+        if skip_db:
+            return
+        self._db.append_message(session_id, message.get("role") or "unknown",
+                                **_message_row(message))
+
+    def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
+        return self._db.has_platform_message_id(session_id, platform_message_id)
+
+    def update_session(self, session_key: str, last_prompt_tokens: int | None = None) -> None:
+        """Record activity after a turn (``updated_at`` drives the crash-resume window)."""
+        changes: dict[str, Any] = {"updated_at": datetime.now()}
+        if last_prompt_tokens is not None:
+            changes["last_prompt_tokens"] = last_prompt_tokens
+        self._change(session_key, **changes)
+
+    def reset_session(self, session_key: str) -> SessionEntry | None:
+        """Start a new conversation under the key; the old session row is ended, not deleted."""
+        with self._lock:
+            old = self._loaded().get(session_key)
+            if old is None:
+                return None
+            self._db.end_session(old.session_id, "new_session")
+            # Entries written by other gateway versions may lack an origin.
+            source = old.origin or SessionSource(old.platform or Platform.LOCAL, "")
+            return self._create(session_key, source)
+
+    def mark_resume_pending(self, session_key: str, reason: str) -> bool:
+        """Flag the key's conversation as cut off mid-turn; ``False`` if the key is unknown."""
+        return self._change(session_key, resume_pending=True, resume_reason=reason,
+                            last_resume_marked_at=datetime.now())
+
+    def clear_resume_pending(self, session_key: str) -> bool:
+        """Drop the flag after a turn that completed; ``False`` if nothing was flagged."""
+        entry = self.get_entry(session_key)
+        if entry is None or not entry.resume_pending:
+            return False
+        return self._change(session_key, resume_pending=False, resume_reason=None,
+                            last_resume_marked_at=None)
+
+    def mark_recently_active_resume_pending(self, since_seconds: float,
+                                            reason: str = "restart_interrupted") -> int:
+        """After an unclean exit: flag conversations active in the last ``since_seconds``."""
+        cutoff = datetime.now() - timedelta(seconds=since_seconds)
+        with self._lock:
+            keys = [k for k, e in self._loaded().items()
+                    if not e.resume_pending and e.updated_at >= cutoff]
+        return sum(self.mark_resume_pending(k, reason) for k in keys)
+
+    def _change(self, session_key: str, **changes: Any) -> bool:
+        with self._lock:
+            entry = self._loaded().get(session_key)
+            if entry is None:
+                return False
+            self._save(replace(entry, **changes))
+            return True
+
+
+class AsyncSessionStore:
+    """The store's methods as coroutines, run off the event loop.
+
+    It asks ``current()`` for the store on every call instead of holding one, so a runner
+    whose ``session_store`` is replaced (tests, a reopened database) is never served by a
+    stale store.
+    """
+
+    def __init__(self, current: Callable[[], SessionStore]) -> None:
+        self._current = current
+
+    async def get_or_create_session(self, source: SessionSource) -> SessionEntry:
+        return await asyncio.to_thread(self._current().get_or_create_session, source)
+
+    async def load_transcript(self, session_id: str) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self._current().load_transcript, session_id)
+
+    async def append_to_transcript(self, session_id: str, message: Mapping[str, Any],
+                                   skip_db: bool = False) -> None:
+        await asyncio.to_thread(self._current().append_to_transcript, session_id, message,
+                                skip_db=skip_db)
+
+    async def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
+        return await asyncio.to_thread(self._current().has_platform_message_id, session_id,
+                                       platform_message_id)
+
+    async def update_session(self, session_key: str, last_prompt_tokens: int | None = None) -> None:
+        await asyncio.to_thread(self._current().update_session, session_key,
+                                last_prompt_tokens=last_prompt_tokens)
+
+    async def reset_session(self, session_key: str) -> SessionEntry | None:
+        return await asyncio.to_thread(self._current().reset_session, session_key)
+
+    async def mark_resume_pending(self, session_key: str, reason: str) -> bool:
+        return await asyncio.to_thread(self._current().mark_resume_pending, session_key, reason)
+
+    async def clear_resume_pending(self, session_key: str) -> bool:
+        return await asyncio.to_thread(self._current().clear_resume_pending, session_key)
+
+    async def mark_recently_active_resume_pending(self, since_seconds: float) -> int:
+        return await asyncio.to_thread(
+            self._current().mark_recently_active_resume_pending, since_seconds)

@@ -1,0 +1,70 @@
+"""Writing a finished turn to the conversation's transcript.
+
+The agent normally writes its own messages as they happen (its flush), and reports so with
+``agent_persisted``; the gateway then passes them to the store with ``skip_db=True`` so nothing
+is written twice. The gateway itself writes two things to the database:
+
+* on a conversation's first turn, one ``session_meta`` row (tools, model, platform), so a
+  transcript says what it was produced with;
+* a turn's messages when the agent did not persist them (an agent without a database, or one
+  whose flush failed), with the platform's message id on the user message so a redelivered
+  message is recognised.
+
+The count re-baseline of the agent cache must come after all of these writes (the runner
+does it after ``write_turn`` returns): the ``session_meta`` row, too, moves ``message_count``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hermes.gateway.platforms.base import MessageEvent
+from hermes.gateway.session import AsyncSessionStore
+
+
+def _new_messages(result: Mapping[str, Any], event: MessageEvent,
+                  history_len: int) -> list[dict[str, Any]]:
+    messages: Sequence[Mapping[str, Any]] = result.get("messages") or []
+    offset = result.get("history_offset", history_len)
+    new = [dict(m) for m in messages[offset:] if m.get("role") != "system"]
+    if not new:
+        # The agent returned no transcript of its own: keep at least the exchange.
+        new = [{"role": "user", "content": event.text}]
+        if result.get("final_response"):
+            new.append({"role": "assistant", "content": result["final_response"]})
+    return new
+
+
+async def write_turn(
+    store: AsyncSessionStore,
+    session_id: str,
+    event: MessageEvent,
+    *,
+    first_turn: bool,
+    history_len: int,
+    result: Mapping[str, Any],
+) -> None:
+    """Write this turn's rows; ``history_len`` is the length of the history the agent got."""
+    now = time.time()
+    if first_turn:
+        await store.append_to_transcript(session_id, {
+            "role": "session_meta",
+            "tools": result.get("tools") or [],
+            "model": result.get("model"),
+            "platform": event.source.platform.value,
+            "timestamp": now,
+        })
+    skip_db = bool(result.get("agent_persisted", True))
+    new = _new_messages(result, event, history_len)
+    if not skip_db and event.message_id:
+        first_user = next((m for m in new if m.get("role") == "user"), None)
+        if first_user is not None:
+            if await store.has_platform_message_id(session_id, event.message_id):
+                new.remove(first_user)  # a redelivery: the message is already stored
+            else:
+                first_user.setdefault("platform_message_id", event.message_id)
+    for message in new:
+        message.setdefault("timestamp", now)
+        await store.append_to_transcript(session_id, message, skip_db=skip_db)

@@ -1,0 +1,115 @@
+"""The path of one inbound message, from the adapter's handler to the reply (SPEC §6).
+
+``handle_message`` (the adapter's handler): authorize, key the conversation, run commands,
+then queue the message on its conversation and wait for its reply. ``session_worker`` runs a
+conversation's queued messages one turn at a time. ``handle_with_agent`` is one turn:
+
+1. get or create the conversation, load its transcript;
+2. run the agent (``runner._run_agent``: cached or built, on a worker thread);
+3. drop the result if a command disowned the turn meanwhile (stale run generation);
+4. write the transcript (``transcript.write_turn``);
+5. update the routing entry, then re-baseline the agent cache's message count — after every
+   write of the turn, so this process's own rows never look like another process's;
+6. emit the hooks and return the reply for the adapter to send.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from hermes.gateway import busy, commands, resume, transcript
+from hermes.gateway.platforms.base import MessageEvent
+from hermes.gateway.session import SessionSource
+
+if TYPE_CHECKING:
+    from hermes.gateway.run import GatewayRunner
+
+logger = logging.getLogger(__name__)
+
+STOPPING_NOTICE = ("The gateway is shutting down and did not start on your message. "
+                   "Please send it again once the gateway is back.")
+FAILURE_NOTICE = "Sorry, something went wrong while answering; the error was logged."
+
+
+async def handle_message(runner: GatewayRunner, event: MessageEvent) -> str | None:
+    source = event.source
+    if not runner._is_user_authorized(source):
+        logger.warning("ignoring a message from unauthorized user %s on %s",
+                       source.user_id, source.platform.value)
+        return None
+    session_key = runner._session_key_for(source)
+    command = commands.parse(event.text)
+    if command is not None:
+        # Commands act on a running turn, so they never wait behind it.
+        return await commands.execute(runner, command, session_key)
+    if runner._draining:
+        return STOPPING_NOTICE
+    item = busy.enqueue(runner._pending_messages, session_key, event)
+    if session_key in runner._running_agents:
+        if await runner._handle_active_session_busy_message(event, session_key):
+            logger.info("interrupted the running turn of %s for a new message", session_key)
+    else:
+        runner._claim_session(session_key, source)
+        runner._spawn(session_worker(runner, session_key))
+    return await item.reply
+
+
+async def session_worker(runner: GatewayRunner, session_key: str) -> None:
+    """Run the conversation's queued messages in order; release its slot when none are left."""
+    try:
+        while (item := busy.next_queued(runner._pending_messages, session_key)) is not None:
+            if runner._draining:
+                item.resolve(STOPPING_NOTICE)
+                continue
+            item.resolve(await run_turn(runner, item.event, session_key))
+    finally:
+        runner._release_session(session_key)
+        while (left := busy.next_queued(runner._pending_messages, session_key)) is not None:
+            left.resolve(STOPPING_NOTICE)  # only after a cancellation: the loop drains it
+
+
+async def run_turn(runner: GatewayRunner, event: MessageEvent, session_key: str) -> str | None:
+    generation = runner._begin_session_run_generation(session_key)
+    runner._running_agents[session_key] = busy.PENDING
+    try:
+        return await runner._handle_message_with_agent(event, event.source, session_key,
+                                                       generation)
+    except Exception:
+        logger.exception("turn of %s failed", session_key)
+        return FAILURE_NOTICE
+
+
+async def handle_with_agent(runner: GatewayRunner, event: MessageEvent, source: SessionSource,
+                            session_key: str, run_generation: int) -> str | None:
+    store = runner.async_session_store
+    entry = await store.get_or_create_session(source)
+    history = await store.load_transcript(entry.session_id)
+    # Marker rows describe the transcript; they are not conversation for the model.
+    agent_history = [m for m in history if m.get("role") != "session_meta"]
+    message = resume.annotate(event.text, entry, agent_history, runner.config.resume_freshness)
+    context: dict[str, Any] = {
+        "platform": source.platform.value, "user_id": source.user_id,
+        "session_key": session_key, "session_id": entry.session_id, "message": event.text,
+    }
+    if not history:
+        await runner.hooks.emit("session:start", context)
+    await runner.hooks.emit("agent:start", context)
+    started = time.monotonic()
+    result = await runner._run_agent(message, agent_history, source, entry.session_id,
+                                     session_key, run_generation)
+    if not runner._is_session_run_current(session_key, run_generation):
+        logger.info("dropping the result of a disowned turn of %s", session_key)
+        return None
+    await transcript.write_turn(store, entry.session_id, event, first_turn=not history,
+                                history_len=len(agent_history), result=result)
+    await store.update_session(session_key,
+                               last_prompt_tokens=int(result.get("last_prompt_tokens") or 0))
+    if entry.resume_pending and resume.turn_completed(result):
+        await store.clear_resume_pending(session_key)
+    await runner._refresh_agent_cache_message_count(session_key, entry.session_id)
+    reply = result.get("final_response")
+    await runner.hooks.emit("agent:end", {**context, "response": reply,
+                                          "seconds": time.monotonic() - started})
+    return str(reply) if reply is not None else None

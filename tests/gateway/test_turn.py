@@ -1,0 +1,208 @@
+"""The turn pipeline on a started runner: real state.db, scripted agent, recording adapter."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import scripted_agent
+from support.events import RECORDING, RunnerFactory, event
+
+from hermes.gateway import turn
+from hermes.gateway.config import PlatformConfig
+from hermes.gateway.run import GatewayRunner
+from hermes.state import SessionDB
+
+pytestmark = pytest.mark.asyncio
+
+
+def _db(runner: GatewayRunner) -> SessionDB:
+    assert runner._session_db is not None
+    db: SessionDB = runner._session_db._db
+    return db
+
+
+def _session_id(runner: GatewayRunner, chat_id: str = "42") -> str:
+    entry = runner.session_store.get_entry(runner._session_key_for(event("", chat_id).source))
+    assert entry is not None
+    return entry.session_id
+
+
+def _roles(runner: GatewayRunner, chat_id: str = "42") -> list[str]:
+    return [m["role"] for m in _db(runner).get_messages_as_conversation(_session_id(runner, chat_id))]
+
+
+async def _wait_for(path: Path, timeout: float = 5.0) -> None:
+    for _ in range(int(timeout / 0.02)):
+        if path.exists():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{path} never appeared")
+
+
+async def test_first_turn_writes_meta_and_turn_two_reuses_the_agent(make_runner: RunnerFactory) -> None:
+    runner = await make_runner()
+    reply = await runner._handle_message(event("hello"))
+    assert reply == "echo: hello [history=0]"
+    assert _roles(runner) == ["user", "assistant", "session_meta"]  # meta follows the turn
+    sid = _session_id(runner)
+    key = runner._session_key_for(event("").source)
+    assert runner._agent_cache[key][2] == _db(runner).message_count(sid) == 3
+
+    assert await runner._handle_message(event("again")) == "echo: again [history=2]"
+    assert scripted_agent.BUILDS == [sid]  # turn 2 reused the cached agent
+    assert _roles(runner) == ["user", "assistant", "session_meta", "user", "assistant"]
+
+
+async def test_foreign_write_rebuilds_the_agent_once(make_runner: RunnerFactory) -> None:
+    runner = await make_runner()
+    await runner._handle_message(event("one"))
+    sid = _session_id(runner)
+    other = SessionDB(_db(runner).db_path)  # another process's connection
+    other.append_message(sid, "user", "written elsewhere")
+    other.append_message(sid, "assistant", "answered elsewhere")
+    other.close()
+
+    reply = await runner._handle_message(event("two"))
+    assert reply == "echo: two [history=4]"  # the rebuilt agent saw the foreign rows
+    assert len(scripted_agent.BUILDS) == 2
+    await runner._handle_message(event("three"))
+    assert len(scripted_agent.BUILDS) == 2
+
+
+async def test_settings_change_retires_the_cached_agent(make_runner: RunnerFactory,
+                                                        home: Path) -> None:
+    runner = await make_runner()
+    await runner._handle_message(event("one"))
+    (home / "config.yaml").write_text("model:\n  name: another-model\n")
+    await runner._handle_message(event("two"))
+    assert len(scripted_agent.BUILDS) == 2
+
+
+async def test_busy_conversation_queues_and_never_runs_concurrently(
+        make_runner: RunnerFactory) -> None:
+    runner = await make_runner()
+    first = asyncio.ensure_future(runner._handle_message(event("sleep:0.3")))
+    await asyncio.sleep(0.05)
+    followers = [asyncio.ensure_future(runner._handle_message(event(f"m{i}"))) for i in range(5)]
+    replies = await asyncio.gather(first, *followers)
+    assert replies[0].startswith("echo: sleep:0.3")
+    assert [r.split(" [")[0] for r in replies[1:]] == [f"echo: m{i}" for i in range(5)]
+    sid = _session_id(runner)
+    assert scripted_agent.MAX_CONCURRENT_PER_SESSION[sid] == 1
+    users = [m["content"] for m in _db(runner).get_messages_as_conversation(sid)
+             if m["role"] == "user"]
+    assert users == ["sleep:0.3"] + [f"m{i}" for i in range(5)]
+    assert not runner._running_agents and not runner._pending_messages
+
+
+async def test_interrupt_policy_stops_the_running_turn(make_runner: RunnerFactory) -> None:
+    runner = await make_runner(busy_policy="interrupt")
+    first = asyncio.ensure_future(runner._handle_message(event("sleep:10")))
+    await asyncio.sleep(0.2)
+    second = await asyncio.wait_for(runner._handle_message(event("next")), 5)
+    assert await first == "interrupted"
+    assert second.startswith("echo: next")
+
+
+async def test_stop_command_disowns_the_running_turn(make_runner: RunnerFactory) -> None:
+    runner = await make_runner()
+    running = asyncio.ensure_future(runner._handle_message(event("sleep:10")))
+    await asyncio.sleep(0.2)
+    assert await runner._handle_message(event("/stop")) == "Stopped the running turn."
+    assert await asyncio.wait_for(running, 5) is None  # stale generation: result dropped
+    # The gateway wrote nothing for the disowned turn: no session_meta row.
+    assert "session_meta" not in _roles(runner)
+    assert await runner._handle_message(event("/stop")) == "Nothing is running right now."
+
+
+async def test_new_command_starts_a_new_session(make_runner: RunnerFactory) -> None:
+    runner = await make_runner()
+    await runner._handle_message(event("one"))
+    old = _session_id(runner)
+    assert await runner._handle_message(event("/new")) == "Started a new conversation."
+    assert _session_id(runner) != old
+    assert _db(runner).get_session(old)["end_reason"] == "new_session"
+    assert await runner._handle_message(event("two")) == "echo: two [history=0]"
+    assert len(scripted_agent.BUILDS) == 2  # the old session's agent was not reused
+
+
+async def test_unauthorized_user_gets_no_turn(make_runner: RunnerFactory) -> None:
+    runner = await make_runner(platform_config=PlatformConfig(
+        enabled=True, adapter=RECORDING, allowed_users=("alice",)))
+    assert await runner._handle_message(event("hi", user_id="mallory")) is None
+    assert scripted_agent.BUILDS == []
+    assert (await runner._handle_message(event("hi", user_id="alice"))).startswith("echo")
+
+
+async def test_failed_turn_answers_and_frees_the_conversation(make_runner: RunnerFactory) -> None:
+    runner = await make_runner()
+
+    async def broken(*_args: Any) -> dict[str, Any]:
+        raise RuntimeError("model exploded")
+
+    runner._run_agent = broken  # type: ignore[method-assign]
+    assert await runner._handle_message(event("hi")) == turn.FAILURE_NOTICE
+    assert not runner._running_agents
+    del runner._run_agent
+    assert (await runner._handle_message(event("hi"))).startswith("echo")
+
+
+async def test_gateway_writes_turn_the_agent_did_not_persist(make_runner: RunnerFactory) -> None:
+    runner = await make_runner()
+
+    async def unpersisted(message: str, history: list[dict[str, Any]], *_: Any) -> dict[str, Any]:
+        return {"final_response": "ok", "messages": [*history, {"role": "user", "content": message},
+                                                    {"role": "assistant", "content": "ok"}],
+                "history_offset": len(history), "agent_persisted": False}
+
+    runner._run_agent = unpersisted  # type: ignore[method-assign]
+    await runner._handle_message(event("hi", message_id="p-1"))
+    await runner._handle_message(event("hi", message_id="p-1"))  # the platform redelivers
+    sid = _session_id(runner)
+    rows = _db(runner).get_messages(sid)
+    assert [r["role"] for r in rows] == ["session_meta", "user", "assistant", "assistant"]
+    assert rows[1]["platform_message_id"] == "p-1"
+
+
+async def test_hooks_see_each_turn(make_runner: RunnerFactory) -> None:
+    runner = await make_runner()
+    seen: list[str] = []
+
+    async def record(event_type: str, context: Any) -> None:
+        seen.append(event_type)
+
+    def explode(event_type: str, context: Any) -> None:
+        raise ValueError("a broken hook must not break the turn")
+
+    for name in ("session:start", "agent:start", "agent:end"):
+        runner.hooks.register(name, record)
+        runner.hooks.register(name, explode)
+    await runner._handle_message(event("one"))
+    await runner._handle_message(event("two"))
+    assert seen == ["session:start", "agent:start", "agent:end", "agent:start", "agent:end"]
+
+
+async def test_executor_keeps_the_callers_context(make_runner: RunnerFactory) -> None:
+    runner = await make_runner()
+    variable: contextvars.ContextVar[str] = contextvars.ContextVar("v", default="unset")
+    variable.set("from the turn")
+    assert await runner._run_in_executor_with_context(variable.get) == "from the turn"
+
+
+async def test_lru_cap_releases_the_oldest_agent(make_runner: RunnerFactory) -> None:
+    runner = await make_runner(agent_cache_size=2)
+    await runner._handle_message(event("hi", "a"))
+    key_a = runner._session_key_for(event("", "a").source)
+    oldest = runner._agent_cache[key_a][0]
+    for chat in ("b", "c"):
+        await runner._handle_message(event("hi", chat))
+    assert len(runner._agent_cache) == 2 and key_a not in runner._agent_cache
+    for _ in range(100):  # the evicted agent is released in the background
+        if oldest._closed:
+            break
+        await asyncio.sleep(0.02)
+    assert oldest._closed

@@ -1,0 +1,1 @@
+"""Test doubles and harnesses shared by the gateway tests (importable as ``support``)."""
