@@ -141,7 +141,7 @@ async def test_unauthorized_user_gets_no_turn(make_runner: RunnerFactory) -> Non
 async def test_failed_turn_answers_and_frees_the_conversation(make_runner: RunnerFactory) -> None:
     runner = await make_runner()
 
-    async def broken(*_args: Any) -> dict[str, Any]:
+    async def broken(*_args: Any, **_kwargs: Any) -> dict[str, Any]:
         raise RuntimeError("model exploded")
 
     runner._run_agent = broken  # type: ignore[method-assign]
@@ -154,7 +154,8 @@ async def test_failed_turn_answers_and_frees_the_conversation(make_runner: Runne
 async def test_gateway_writes_turn_the_agent_did_not_persist(make_runner: RunnerFactory) -> None:
     runner = await make_runner()
 
-    async def unpersisted(message: str, history: list[dict[str, Any]], *_: Any) -> dict[str, Any]:
+    async def unpersisted(message: str, history: list[dict[str, Any]], *_: Any,
+                          **__: Any) -> dict[str, Any]:
         return {"final_response": "ok", "messages": [*history, {"role": "user", "content": message},
                                                     {"role": "assistant", "content": "ok"}],
                 "history_offset": len(history), "agent_persisted": False}

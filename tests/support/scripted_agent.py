@@ -58,7 +58,10 @@ class ScriptedAgent(TranscriptPersistence):
         self.turns = 0
 
     def run_conversation(self, user_message: str, conversation_history: list[dict[str, Any]]
-                         | None = None, task_id: str | None = None) -> dict[str, Any]:
+                         | None = None, task_id: str | None = None,
+                         persist_user_message: str | None = None) -> dict[str, Any]:
+        # persist_user_message is accepted for the runner's call shape; this scripted agent
+        # stores the text it was given, notes included, which the tests read back.
         sid = self.session_id or ""
         with _running_lock:
             _running[sid] = _running.get(sid, 0) + 1

@@ -58,6 +58,7 @@ _API_KEYS: dict[str, tuple[str, ...]] = {
 _PROMPT_SHARE = 0.75
 _INTERRUPTED_TEXT = "Interrupted before the turn finished."
 _TOOL_SKIPPED = "[not run: the turn was interrupted]"
+_TOOL_CUT_OFF = "[no result: the turn was cut off before this tool finished]"
 
 
 class ConversationLoop:
@@ -82,6 +83,10 @@ class ConversationLoop:
         def is_interrupted(self) -> bool: ...
 
         def _interrupt_flag(self) -> threading.Event: ...
+
+        def _spool_unflushed(
+            self, messages: Sequence[Any], conversation_history: Sequence[Any] | None = None
+        ) -> bool: ...
 
     def _init_conversation(
         self,
@@ -145,8 +150,14 @@ class ConversationLoop:
         user_message: str,
         conversation_history: list[Message] | None = None,
         task_id: str | None = None,
+        persist_user_message: str | None = None,
     ) -> dict[str, Any]:
         """Run one turn and return the result dict the gateway reads (SPEC §5).
+
+        ``persist_user_message``, when given, is what the transcript stores as the user's
+        message while the model is sent ``user_message`` (the gateway adds resume notes this
+        way); the sent text is kept in the row's ``api_content``, as hermes-agent does, so a
+        replay sends the same bytes.
 
         An interrupt ends the turn between rounds (a running tool is stopped) and stays set
         afterwards, so ``close()`` can record why; call ``clear_interrupt()`` before reusing
@@ -154,7 +165,7 @@ class ConversationLoop:
         """
         history = conversation_history or []
         messages: list[Message] = list(history)
-        messages.append({"role": "user", "content": user_message})
+        messages.append(_user_message(user_message, persist_user_message))
         self._session_messages = messages
         # The last flush decides: each flush retries whatever earlier ones failed to write.
         persisted = self._flush_messages_to_session_db(messages, conversation_history)
@@ -202,6 +213,10 @@ class ConversationLoop:
                 messages, response.tool_calls, conversation_history, interrupt, task_id
             )
 
+        if persisted is False:
+            # A turn must not end with messages that only live in memory: the next turn
+            # starts from the stored transcript. Spool what the database refused.
+            persisted = self._spool_unflushed(messages, conversation_history)
         return {
             "final_response": final_response,
             "messages": messages,
@@ -283,16 +298,41 @@ class ConversationLoop:
         return head + body
 
 
+def _user_message(sent: str, stored: str | None) -> Message:
+    if stored is None or stored == sent:
+        return {"role": "user", "content": sent}
+    return {"role": "user", "content": stored, "api_content": sent}
+
+
 def _api_messages(messages: list[Message], system_prompt: str | None) -> list[Message]:
     request: list[Message] = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    unanswered: list[str] = []
     for message in messages:
-        keys = _API_KEYS.get(str(message.get("role")))
+        role = str(message.get("role"))
+        keys = _API_KEYS.get(role)
         if keys is None:  # session_meta and other bookkeeping rows
             continue
+        if role != "tool":
+            # A cut-off turn (shutdown, crash) can leave tool calls without results, which
+            # endpoints reject: answer them before the conversation moves on.
+            request.extend(_placeholder_result(call_id) for call_id in unanswered)
+            unanswered = []
         # ``content`` is always sent (null for a pure tool-call message); other keys only
-        # when set.
-        request.append({k: message.get(k) for k in keys if k == "content" or message.get(k)})
+        # when set. ``api_content`` is the exact text once sent in place of ``content``.
+        sent = {k: message.get(k) for k in keys if k == "content" or message.get(k)}
+        if isinstance(message.get("api_content"), str):
+            sent["content"] = message["api_content"]
+        request.append(sent)
+        if role == "assistant":
+            unanswered = [str(c.get("id")) for c in message.get("tool_calls") or []
+                          if isinstance(c, dict) and c.get("id")]
+        elif role == "tool" and message.get("tool_call_id") in unanswered:
+            unanswered.remove(message["tool_call_id"])
     return request
+
+
+def _placeholder_result(call_id: str) -> Message:
+    return {"role": "tool", "tool_call_id": call_id, "content": _TOOL_CUT_OFF}
 
 
 def _assistant_message(response: ModelResponse) -> Message:

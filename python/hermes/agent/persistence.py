@@ -164,34 +164,62 @@ class TranscriptPersistence:
         seed: Iterable[int] | None,
     ) -> bool:
         self._consecutive_flush_failures += 1
-        tracker = self._flush_tracker()
         must_follow_spool = self._spool_clear_for != session_id and spool_path(session_id).exists()
         if must_follow_spool or self._consecutive_flush_failures >= SPOOL_AFTER_FAILURES:
-            pending = tracker.pending(session_id, messages, history, seed)
-            if pending:
-                try:
-                    path = spool(session_id, self.platform or "unknown", pending)
-                except OSError as spool_exc:
-                    logger.error(
-                        "session %s: flush failed (%s) and the recovery spool could not be written (%s); "
-                        "%d messages stay in memory and are retried on the next flush",
-                        session_id, exc, spool_exc, len(pending),
-                    )
-                    return False
-                tracker.mark_persisted(session_id, messages, history, seed)
-                self._spool_clear_for = None
-                self._flushed_db_message_ids = set()
-                logger.error(
-                    "session %s: flush failed %d times (%s); %d messages spooled to %s. "
-                    "Fix the database, then run `hermes sessions recover` (or let the next flush import it).",
-                    session_id, self._consecutive_flush_failures, exc, len(pending), path,
-                )
-                return False
+            self._spool_pending(session_id, messages, history, seed, cause=exc)
+            return False
         logger.warning(
             "session %s: flush failed (%s); nothing was committed, the messages are retried on the next flush",
             session_id, exc,
         )
         return False
+
+    def _spool_unflushed(
+        self, messages: Sequence[Any], conversation_history: Sequence[Any] | None = None
+    ) -> bool:
+        """Moves what the database has not taken yet to the recovery spool.
+
+        For the end of a turn whose last flush failed: the next turn starts from the
+        stored transcript, so nothing may stay only in memory. True when every message
+        is now in the database or the spool.
+        """
+        session_id = self.session_id
+        if self._session_db is None or not session_id:
+            return False
+        with self._persist_lock():
+            return self._spool_pending(session_id, messages, conversation_history,
+                                       self._honoured_seed(session_id), cause=None)
+
+    def _spool_pending(
+        self,
+        session_id: str,
+        messages: Sequence[Any],
+        history: Sequence[Any] | None,
+        seed: Iterable[int] | None,
+        cause: HermesError | None,
+    ) -> bool:
+        tracker = self._flush_tracker()
+        pending = tracker.pending(session_id, messages, history, seed)
+        if not pending:
+            return True
+        try:
+            path = spool(session_id, self.platform or "unknown", pending)
+        except OSError as spool_exc:
+            logger.error(
+                "session %s: the database refused %d messages (%s) and the recovery spool "
+                "could not be written (%s); they stay in memory and are retried on the next flush",
+                session_id, len(pending), cause, spool_exc,
+            )
+            return False
+        tracker.mark_persisted(session_id, messages, history, seed)
+        self._flushed_db_message_ids = set()
+        self._spool_clear_for = None
+        logger.error(
+            "session %s: %d messages the database refused (%s) were spooled to %s. Fix the "
+            "database, then run `hermes sessions recover` (or let the next flush import it).",
+            session_id, len(pending), cause or "last flush failed", path,
+        )
+        return True
 
     # -- lifecycle ----------------------------------------------------------
 

@@ -52,8 +52,13 @@ async def run_agent(
     session_id: str,
     session_key: str,
     runtime_kwargs: Mapping[str, Any],
+    persist_user_message: str | None = None,
 ) -> dict[str, Any]:
-    """One turn: a coherent agent for the conversation, then ``run_conversation`` off-loop."""
+    """One turn: a coherent agent for the conversation, then ``run_conversation`` off-loop.
+
+    ``persist_user_message`` is the user's own text when ``message`` carries a gateway note
+    (resume, tool tail): the model sees the note, the transcript keeps the original.
+    """
     signature = agent_signature(runtime_kwargs)
     live = await runner._live_message_count(session_id)
     cache = runner._cache()
@@ -73,7 +78,8 @@ async def run_agent(
     runner._running_agents[session_key] = agent
     try:
         result: dict[str, Any] = await runner._run_in_executor_with_context(functools.partial(
-            agent.run_conversation, message, conversation_history=history, task_id=session_id))
+            agent.run_conversation, message, conversation_history=history, task_id=session_id,
+            persist_user_message=persist_user_message))
     finally:
         if getattr(agent, "is_interrupted", False):
             # The interrupt arrived after the agent's last check: left set, it would end the

@@ -173,10 +173,11 @@ class GatewayRunner:
 
     async def _run_agent(self, message: str, history: list[dict[str, Any]],
                          source: SessionSource, session_id: str, session_key: str,
-                         run_generation: int) -> dict[str, Any]:
+                         run_generation: int, persist_user_message: str | None = None,
+                         ) -> dict[str, Any]:
         runtime_kwargs = await self._run_in_executor_with_context(_resolve_runtime_agent_kwargs)
         return await agents.run_agent(self, message, history, source, session_id, session_key,
-                                      runtime_kwargs)
+                                      runtime_kwargs, persist_user_message)
 
     def _is_user_authorized(self, source: SessionSource) -> bool:
         platform_config = self.config.platforms.get(source.platform)
@@ -283,6 +284,9 @@ class GatewayRunner:
         shutdown_memory = getattr(agent, "shutdown_memory_provider", None)
         if callable(shutdown_memory):
             shutdown_memory(messages if isinstance(messages, list) else None)
+        if getattr(agent, "_end_session_on_close", False):
+            # Retiring an agent does not end its conversation: the next message resumes it.
+            agent._end_session_on_close = False
         close = getattr(agent, "close", None)
         if callable(close):
             close()

@@ -98,7 +98,9 @@ async def handle_with_agent(runner: GatewayRunner, event: MessageEvent, source: 
     await runner.hooks.emit("agent:start", context)
     started = time.monotonic()
     result = await runner._run_agent(message, agent_history, source, entry.session_id,
-                                     session_key, run_generation)
+                                     session_key, run_generation,
+                                     persist_user_message=None if message == event.text
+                                     else event.text)
     if not runner._is_session_run_current(session_key, run_generation):
         logger.info("dropping the result of a disowned turn of %s", session_key)
         return None
