@@ -194,6 +194,29 @@ async def test_executor_keeps_the_callers_context(make_runner: RunnerFactory) ->
     assert await runner._run_in_executor_with_context(variable.get) == "from the turn"
 
 
+async def test_a_queued_message_runs_in_its_own_senders_context(make_runner: RunnerFactory) -> None:
+    """A streaming request queued behind a running turn must see its own reply sink."""
+    runner = await make_runner()
+    variable: contextvars.ContextVar[str] = contextvars.ContextVar("sender", default="unset")
+    seen: list[str] = []
+    original = runner._run_agent
+
+    async def recording(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        seen.append(variable.get())
+        return await original(*args, **kwargs)
+
+    runner._run_agent = recording  # type: ignore[method-assign]
+
+    async def send(text: str, sender: str) -> str | None:
+        variable.set(sender)
+        return await runner._handle_message(event(text))
+
+    first = asyncio.ensure_future(send("sleep:0.3", "first sender"))
+    await asyncio.sleep(0.05)  # the first turn is running; the second message queues
+    await asyncio.gather(first, send("hello", "second sender"))
+    assert seen == ["first sender", "second sender"]
+
+
 async def test_lru_cap_releases_the_oldest_agent(make_runner: RunnerFactory) -> None:
     runner = await make_runner(agent_cache_size=2)
     await runner._handle_message(event("hi", "a"))

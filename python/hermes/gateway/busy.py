@@ -15,6 +15,7 @@ instead of landing in the conversation that replaced it.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -32,11 +33,13 @@ PENDING = _Pending()
 
 @dataclass
 class QueuedMessage:
-    """A message waiting for its turn, and where its reply goes."""
+    """A message waiting for its turn, where its reply goes, and its sender's context (so
+    per-request context, such as a streaming reply sink, follows the message to its turn)."""
 
     event: MessageEvent
     reply: asyncio.Future[str | None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
+    context: contextvars.Context = field(default_factory=contextvars.copy_context)
 
     def resolve(self, reply: str | None) -> None:
         """Hand over the reply unless the sender stopped waiting (disconnected)."""

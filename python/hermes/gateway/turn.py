@@ -15,6 +15,7 @@ conversation's queued messages one turn at a time. ``handle_with_agent`` is one 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -63,7 +64,11 @@ async def session_worker(runner: GatewayRunner, session_key: str) -> None:
             if runner._draining:
                 item.resolve(STOPPING_NOTICE)
                 continue
-            item.resolve(await run_turn(runner, item.event, session_key))
+            # The turn runs in its sender's context, not in that of whichever request
+            # started this worker.
+            turn_task = item.context.run(asyncio.ensure_future,
+                                         run_turn(runner, item.event, session_key))
+            item.resolve(await turn_task)
     finally:
         runner._release_session(session_key)
         while (left := busy.next_queued(runner._pending_messages, session_key)) is not None:
