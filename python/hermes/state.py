@@ -139,7 +139,11 @@ class SessionDB:
         self._store.update_session(session_id, columns)
 
     def end_session(self, session_id: str, end_reason: str) -> None:
-        """Marks the session ended now, with a reason (``"user_exit"``, ...)."""
+        """Marks the session ended now, with a reason (``"user_exit"``, ...).
+
+        Appending a message to an ended session reopens it: a conversation that goes on
+        (a resumed chat, the next message after a gateway restart) is not ended.
+        """
         self._store.update_session(
             session_id, {"ended_at": datetime.now().timestamp(), "end_reason": end_reason}
         )

@@ -428,7 +428,8 @@ impl SqliteBackend {
     }
 
     /// Inserts `rows` and moves the session's counters in the same
-    /// transaction, so `message_count` always equals the active rows.
+    /// transaction, so `message_count` always equals the active rows. A
+    /// session that receives messages is open again: `ended_at` is cleared.
     fn append_rows(
         &self,
         conn: &Connection,
@@ -443,7 +444,8 @@ impl SqliteBackend {
         let touched = conn
             .prepare_cached(
                 "UPDATE sessions SET message_count = COALESCE(message_count, 0) + ?1,
-                 tool_call_count = COALESCE(tool_call_count, 0) + ?2 WHERE id = ?3",
+                 tool_call_count = COALESCE(tool_call_count, 0) + ?2,
+                 ended_at = NULL, end_reason = NULL WHERE id = ?3",
             )
             .and_then(|mut s| s.execute(params![rows.len() as i64, tool_calls, session_id]))
             .at(path)?;
@@ -742,6 +744,25 @@ mod tests {
         append(&db, "s", 2).unwrap();
         assert_eq!(db.message_count("s").unwrap(), Some(5));
         assert_eq!(db.messages("s", false).unwrap().len(), 5);
+    }
+
+    #[test]
+    fn appending_reopens_an_ended_session() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        create(&db, "s");
+        db.write(WriteOp::UpdateSession {
+            id: "s".into(),
+            columns: vec![
+                ("ended_at".into(), Value::Real(2.0)),
+                ("end_reason".into(), Value::Text("user_exit".into())),
+            ],
+        })
+        .unwrap();
+        append(&db, "s", 1).unwrap();
+        let row = db.session("s").unwrap().unwrap();
+        let ended = row.columns.iter().position(|c| c == "ended_at").unwrap();
+        assert_eq!(row.values[ended], Value::Null);
     }
 
     #[test]
