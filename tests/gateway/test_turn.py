@@ -57,6 +57,17 @@ async def test_first_turn_writes_meta_and_turn_two_reuses_the_agent(make_runner:
     assert _roles(runner) == ["user", "assistant", "session_meta", "user", "assistant"]
 
 
+async def test_session_meta_row_says_what_the_transcript_was_made_with(
+        make_runner: RunnerFactory) -> None:
+    runner = await make_runner()
+    await runner._handle_message(event("hello"))
+    meta = [m for m in _db(runner).get_messages_as_conversation(_session_id(runner))
+            if m["role"] == "session_meta"]
+    assert len(meta) == 1
+    assert meta[0]["content"]["platform"] == "local"
+    assert isinstance(meta[0]["content"]["tools"], list)
+
+
 async def test_foreign_write_rebuilds_the_agent_once(make_runner: RunnerFactory) -> None:
     runner = await make_runner()
     await runner._handle_message(event("one"))

@@ -37,6 +37,19 @@ def _new_messages(result: Mapping[str, Any], event: MessageEvent,
     return new
 
 
+def _tool_names(tools: Sequence[Any]) -> list[str]:
+    """Tool names from OpenAI tool schemas (or names already)."""
+    names = []
+    for tool in tools:
+        if isinstance(tool, Mapping):
+            function = tool.get("function")
+            name = function.get("name") if isinstance(function, Mapping) else tool.get("name")
+        else:
+            name = tool
+        names.append(str(name))
+    return names
+
+
 async def write_turn(
     store: AsyncSessionStore,
     session_id: str,
@@ -49,11 +62,15 @@ async def write_turn(
     """Write this turn's rows; ``history_len`` is the length of the history the agent got."""
     now = time.time()
     if first_turn:
+        # The description goes in ``content`` (stored as JSON, read back as a dict): the
+        # messages table has no columns of its own for it.
         await store.append_to_transcript(session_id, {
             "role": "session_meta",
-            "tools": result.get("tools") or [],
-            "model": result.get("model"),
-            "platform": event.source.platform.value,
+            "content": {
+                "tools": _tool_names(result.get("tools") or []),
+                "model": result.get("model"),
+                "platform": event.source.platform.value,
+            },
             "timestamp": now,
         })
     skip_db = bool(result.get("agent_persisted", True))
