@@ -29,11 +29,20 @@ from hermes.errors import HermesError
 from hermes.paths import recovery_dir
 from hermes.state import SessionDB
 
-__all__ = ["RecoveryReport", "import_spool", "recover_all", "spool", "spool_path"]
+__all__ = [
+    "RecoveryReport",
+    "claimed_path",
+    "has_spool",
+    "import_spool",
+    "recover_all",
+    "spool",
+    "spool_path",
+]
 
 logger = logging.getLogger(__name__)
 
 _SUFFIX = ".recovery.jsonl"
+_CLAIMED = ".importing"
 
 
 def spool_path(session_id: str, directory: Path | None = None) -> Path:
@@ -45,8 +54,20 @@ def spool_path(session_id: str, directory: Path | None = None) -> Path:
     return (directory or recovery_dir()) / f"{name}{_SUFFIX}"
 
 
+def claimed_path(path: Path) -> Path:
+    """Where an import moves a spool before reading it."""
+    return path.with_name(path.name + _CLAIMED)
+
+
+def has_spool(session_id: str, directory: Path | None = None) -> bool:
+    """Whether the session has spooled messages waiting for import."""
+    path = spool_path(session_id, directory)
+    return path.exists() or claimed_path(path).exists()
+
+
 def _session_of(path: Path) -> str:
-    return unquote(path.name[: -len(_SUFFIX)])
+    name = path.name.removesuffix(_CLAIMED)
+    return unquote(name[: -len(_SUFFIX)])
 
 
 def _jsonable(value: object) -> object:
@@ -58,7 +79,11 @@ def _jsonable(value: object) -> object:
     isoformat = getattr(value, "isoformat", None)
     if callable(isoformat):
         return isoformat()
-    return {"__repr__": repr(value), "__type__": type(value).__qualname__}
+    try:
+        text = repr(value)
+    except Exception:  # a broken __repr__ must not cost the message
+        text = f"<unprintable {type(value).__qualname__} object>"
+    return {"__repr__": text, "__type__": type(value).__qualname__}
 
 
 def spool(
@@ -85,33 +110,74 @@ def spool(
 
 
 def import_spool(db: SessionDB, path: Path) -> int:
-    """Imports one spool file in one transaction, then deletes it.
+    """Imports a session's spool (``path`` is its ``spool_path``), then deletes it.
 
-    Returns the number of messages written: 0 when this exact file was
-    imported before. Raises HermesError (the file is kept) when the
-    database refuses the write.
+    The file is first claimed by an atomic rename, so messages spooled while
+    the import runs start a new spool instead of being deleted unread. A
+    file an interrupted import left claimed is imported first (it is older).
+    Each file goes in one transaction, at most once (keyed by its SHA-256).
+    Lines that are not a spooled message are kept in ``<file>.rejected``.
+    Returns the number of messages written; raises HermesError, keeping the
+    claimed file, when the database refuses the write.
     """
-    data = path.read_bytes()
-    session_id = _session_of(path)
+    claimed = claimed_path(path)
+    written = _import_file(db, claimed)
+    try:
+        os.rename(path, claimed)
+    except FileNotFoundError:
+        return written
+    return written + _import_file(db, claimed)
+
+
+def _import_file(db: SessionDB, claimed: Path) -> int:
+    try:
+        data = claimed.read_bytes()
+    except FileNotFoundError:
+        return 0  # nothing claimed, or another process finished it
+    session_id = _session_of(claimed)
+    source, messages, rejected = _parse_spool(data)
+    if rejected:
+        _keep_rejected(claimed, rejected)
+    written = 0
+    if messages:
+        db.create_session(session_id, source)
+        key = "hermes.recovery:" + hashlib.sha256(data).hexdigest()
+        written = len(db.append_messages(session_id, messages, once_key=key))
+    claimed.unlink(missing_ok=True)
+    return written
+
+
+def _parse_spool(data: bytes) -> tuple[str, list[dict[str, Any]], list[bytes]]:
+    """The source, the messages, and the raw lines that hold no message (a line torn
+    by a crash mid-write, or a file edited by hand)."""
     source = "unknown"
     messages: list[dict[str, Any]] = []
-    for number, line in enumerate(data.decode().splitlines(), start=1):
-        if not line.strip():
+    rejected: list[bytes] = []
+    for raw in data.split(b"\n"):
+        if not raw.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            # A torn last line (crash mid-write) holds no complete message.
-            logger.warning("%s:%d: skipped an incomplete line", path, number)
+            record = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            record = None
+        if not isinstance(record, dict) or not isinstance(record.get("message"), dict):
+            rejected.append(raw)
             continue
-        session_id = record.get("session_id", session_id)
-        source = record.get("source", source)
+        if isinstance(record.get("source"), str):
+            source = record["source"]
         messages.append(record["message"])
-    db.create_session(session_id, source)
-    key = "hermes.recovery:" + hashlib.sha256(data).hexdigest()
-    written = len(db.append_messages(session_id, messages, once_key=key))
-    path.unlink(missing_ok=True)
-    return written
+    return source, messages, rejected
+
+
+def _keep_rejected(claimed: Path, lines: list[bytes]) -> None:
+    target = claimed.with_name(claimed.name.removesuffix(_CLAIMED) + ".rejected")
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, b"".join(line + b"\n" for line in lines))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    logger.error("%s: %d lines held no message; kept in %s", claimed, len(lines), target)
 
 
 @dataclass
@@ -127,13 +193,18 @@ class RecoveryReport:
 
 
 def recover_all(db: SessionDB, directory: Path | None = None) -> RecoveryReport:
-    """Imports every spool file under ``directory`` (default
+    """Imports every session's spool under ``directory`` (default
     ``$HERMES_HOME/sessions``). Running it again writes nothing."""
     report = RecoveryReport()
     root = directory or recovery_dir()
-    for path in sorted(root.glob(f"*{_SUFFIX}")) if root.is_dir() else []:
+    if not root.is_dir():
+        return report
+    spools = {root / path.name.removesuffix(_CLAIMED)
+              for path in root.iterdir()
+              if path.name.endswith((_SUFFIX, _SUFFIX + _CLAIMED))}
+    for path in sorted(spools):
         try:
             report.imported[str(path)] = import_spool(db, path)
-        except (HermesError, OSError, ValueError, KeyError) as exc:
+        except (HermesError, OSError) as exc:
             report.failed[str(path)] = f"{type(exc).__name__}: {exc}"
     return report

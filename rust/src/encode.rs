@@ -15,7 +15,6 @@
 //! Strings with lone surrogates (scraped web text) have them replaced by
 //! U+FFFD instead of failing the write.
 
-use std::borrow::Cow;
 use std::io::Write as _;
 
 use base64::Engine as _;
@@ -29,8 +28,9 @@ use pyo3::types::{
 use crate::model::{NewMessage, Value};
 use crate::schema::CONTENT_JSON_PREFIX;
 
-/// Deeper nesting than this is stored as `repr` (it also stops cycles).
-const MAX_DEPTH: usize = 200;
+/// Deeper nesting than this is stored as `repr` (it also stops cycles). It
+/// stays below serde_json's read limit (128) so what we write reads back.
+const MAX_DEPTH: usize = 100;
 
 /// Collects what had to be stored in a substitute form.
 #[derive(Default, Debug)]
@@ -45,16 +45,28 @@ impl Warnings {
     }
 }
 
-/// Text of a Python string, with lone surrogates replaced.
+/// Text of a Python string, each lone surrogate replaced by one U+FFFD.
 pub fn text(s: &Bound<'_, PyString>, warnings: &mut Warnings) -> String {
     match s.to_str() {
         Ok(t) => t.to_owned(),
         Err(_) => {
             warnings.note("lone surrogates replaced by U+FFFD");
-            let lossy: Cow<'_, str> = s.to_string_lossy();
-            lossy.into_owned()
+            utf16_lossy(s).unwrap_or_else(|_| s.to_string_lossy().into_owned())
         }
     }
+}
+
+/// Through UTF-16 (where a lone surrogate is one unit) rather than UTF-8
+/// (where it is three bytes, and would become three replacement characters).
+fn utf16_lossy(s: &Bound<'_, PyString>) -> PyResult<String> {
+    let py = s.py();
+    let encoded = s.call_method1(intern!(py, "encode"), ("utf-16-le", "surrogatepass"))?;
+    let bytes = encoded.cast::<PyBytes>()?.as_bytes();
+    let units: Vec<u16> = bytes
+        .chunks_exact(2)
+        .map(|pair| u16::from_le_bytes([pair[0], pair[1]]))
+        .collect();
+    Ok(String::from_utf16_lossy(&units))
 }
 
 /// Any value as text: strings as they are, everything else through `str()`.
@@ -100,7 +112,7 @@ fn write_json(
     depth: usize,
 ) -> PyResult<()> {
     if depth > MAX_DEPTH {
-        warnings.note("nesting deeper than 200 levels stored as repr");
+        warnings.note("nesting deeper than 100 levels stored as repr");
         return write_repr(v, out, warnings);
     }
     if v.is_none() {
@@ -193,7 +205,12 @@ fn write_array<'py>(
 
 fn write_repr(v: &Bound<'_, PyAny>, out: &mut Vec<u8>, warnings: &mut Warnings) -> PyResult<()> {
     out.extend_from_slice(b"{\"__repr__\":");
-    write_str(out, &text(&v.repr()?, warnings));
+    let repr = match v.repr() {
+        Ok(r) => text(&r, warnings),
+        // A broken __repr__ must not cost the message.
+        Err(_) => format!("<unprintable {} object>", type_name(v)),
+    };
+    write_str(out, &repr);
     out.extend_from_slice(b",\"__type__\":");
     write_str(out, &type_name(v));
     out.push(b'}');
@@ -291,10 +308,13 @@ fn tool_calls(
 ) -> PyResult<(Option<String>, i64)> {
     match v {
         Some(v) if v.is_truthy()? => {
-            let count = match v.cast::<PyList>() {
-                Ok(l) => l.len() as i64,
-                Err(_) => 1,
-            };
+            let count = if let Ok(l) = v.cast::<PyList>() {
+                l.len()
+            } else if let Ok(t) = v.cast::<PyTuple>() {
+                t.len()
+            } else {
+                1
+            } as i64;
             Ok((Some(to_json(&v, warnings)?), count))
         }
         _ => Ok((None, 0)),
@@ -321,8 +341,21 @@ pub fn message<'py>(
         platform_message_id = opt_text(get(intern!(py, "message_id"))?, warnings)?;
     }
     let api_content = match get(intern!(py, "api_content"))? {
-        Some(v) => v.cast::<PyString>().ok().map(|s| text(s, warnings)),
-        None => None,
+        Some(v) if !v.is_none() => Some(any_text(&v, warnings)?),
+        _ => None,
+    };
+    let token_count = match get(intern!(py, "token_count"))? {
+        Some(v) if !v.is_none() => {
+            let count = v.extract::<i64>().ok();
+            if count.is_none() {
+                warnings.note(format!(
+                    "token_count {} is not an integer; stored as NULL",
+                    v.repr()?
+                ));
+            }
+            count
+        }
+        _ => None,
     };
     Ok(NewMessage {
         content: content(get(intern!(py, "content"))?, warnings)?,
@@ -332,10 +365,7 @@ pub fn message<'py>(
         tool_name,
         effect_disposition: opt_text(get(intern!(py, "effect_disposition"))?, warnings)?,
         timestamp: timestamp(get(intern!(py, "timestamp"))?, now, warnings)?,
-        token_count: match get(intern!(py, "token_count"))? {
-            Some(v) if !v.is_none() => v.extract::<i64>().ok(),
-            _ => None,
-        },
+        token_count,
         finish_reason: opt_text(get(intern!(py, "finish_reason"))?, warnings)?,
         reasoning: opt_text(get(intern!(py, "reasoning"))?, warnings)?,
         reasoning_content: opt_text(get(intern!(py, "reasoning_content"))?, warnings)?,

@@ -149,6 +149,10 @@ impl Error {
                 StorageKind::Corrupt,
                 "the database file is damaged; restore it from a backup or move it away",
             ),
+            Some(ErrorCode::SystemIoFailure) if refuses_writes(path) => (
+                StorageKind::ReadOnly,
+                "the database file (or its -wal) refuses writes (permissions, an immutable flag or a read-only mount); make it writable, then retry",
+            ),
             Some(ErrorCode::SystemIoFailure) => (
                 StorageKind::Other,
                 "an I/O error occurred; check that the file still exists and the disk is healthy",
@@ -172,6 +176,19 @@ impl Error {
             }
         )
     }
+}
+
+/// Whether the database or its WAL cannot be opened for writing: an I/O
+/// error is then a read-only file, not a failing disk.
+fn refuses_writes(path: &Path) -> bool {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    [path, Path::new(&wal)].iter().any(|p| {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(p)
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+    })
 }
 
 impl From<Error> for PyErr {

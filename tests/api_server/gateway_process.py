@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -15,10 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import hermes
+from support.processes import child_env
 
-# The directory holding the ``hermes`` package under test, for the child's import path.
-PACKAGE_ROOT = str(Path(hermes.__file__).resolve().parent.parent)
 
 
 def free_port() -> int:
@@ -28,12 +25,7 @@ def free_port() -> int:
 
 
 def hermes_env(home: Path, **variables: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("HERMES_", "OPENAI_", "API_SERVER_"))}
-    path = [PACKAGE_ROOT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-    env.update(HERMES_HOME=str(home), PYTHONPATH=os.pathsep.join(path), NO_COLOR="1",
-               COLUMNS="200", **variables)
-    return env
+    return child_env(home, **variables)
 
 
 def run_cli(home: Path, *args: str, **variables: str) -> subprocess.CompletedProcess[str]:

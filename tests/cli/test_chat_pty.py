@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pexpect
 
-import hermes
-from hermes.state import SessionDB
+from support.processes import child_env
 
-PACKAGE_ROOT = str(Path(hermes.__file__).resolve().parent.parent)
+from hermes.state import SessionDB
 
 
 def spawn_chat(home: Path) -> pexpect.spawn[str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("HERMES_", "OPENAI_", "API_SERVER_"))}
-    env.update(HERMES_HOME=str(home), NO_COLOR="1", COLUMNS="200",
-               PYTHONPATH=os.pathsep.join(filter(None, [PACKAGE_ROOT, env.get("PYTHONPATH")])))
     return pexpect.spawn(sys.executable, ["-m", "hermes.cli", "chat", "--session", "pty-test"],
-                         env=env, encoding="utf-8", timeout=30, dimensions=(40, 200))
+                         env=child_env(home), encoding="utf-8", timeout=30, dimensions=(40, 200))
 
 
 def say(child: pexpect.spawn[str], text: str) -> None:

@@ -7,7 +7,6 @@ scripted one (``support.scripted_agent``); its platform is ``support.loopback_ad
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -17,9 +16,8 @@ from typing import Any
 
 import aiohttp
 import yaml
+from support.processes import child_env
 
-TESTS_DIR = Path(__file__).resolve().parents[1]
-PYTHON_DIR = TESTS_DIR.parent / "python"
 _MAIN = ("import logging, sys; "
          "logging.basicConfig(level=logging.INFO, format='%(asctime)s %(name)s %(message)s'); "
          "from hermes.gateway.run import run_gateway; sys.exit(run_gateway())")
@@ -53,11 +51,7 @@ class GatewayProcess:
             },
         }
         (self.home / "config.yaml").write_text(yaml.safe_dump(config))
-        env = {**os.environ, "HERMES_HOME": str(self.home),
-               "HERMES_TEST_BUILD_LOG": str(self.build_log),
-               "PYTHONPATH": os.pathsep.join([str(PYTHON_DIR), str(TESTS_DIR)])}
-        for variable in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "HERMES_BASE_URL", "HERMES_MODEL"):
-            env.pop(variable, None)
+        env = child_env(self.home, HERMES_TEST_BUILD_LOG=str(self.build_log))
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen([sys.executable, "-c", _MAIN], env=env,
                                             stdout=log, stderr=subprocess.STDOUT)

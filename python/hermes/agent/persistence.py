@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from hermes._core import SCAFFOLDING_FLAGS, FlushTracker
 from hermes.errors import HermesError
-from hermes.recovery import import_spool, spool, spool_path
+from hermes.recovery import has_spool, import_spool, spool, spool_path
 from hermes.state import SessionDB
 
 __all__ = ["MemoryProvider", "TranscriptPersistence"]
@@ -59,6 +59,8 @@ class TranscriptPersistence:
     #: when it retires a cached agent whose conversation goes on.
     _end_session_on_close: bool = True
     _interrupt_reason: str | None = None
+    #: The session whose row ``_session_db_created`` refers to (None: the current one).
+    _session_row_for: str | None = None
     #: The session whose recovery spool is known to be empty.
     _spool_clear_for: str | None = None
 
@@ -117,7 +119,7 @@ class TranscriptPersistence:
             self._ensure_session_row(db, session_id)
             self._import_pending_spool(db, session_id)
             db._store.flush(tracker, session_id, messages, history, seed)
-        except HermesError as exc:
+        except (HermesError, OSError) as exc:  # OSError: the spool could not be read
             return self._flush_failed(exc, session_id, messages, history, seed)
         self._flushed_db_message_ids = set()
         self._flushed_db_message_session_id = session_id
@@ -136,9 +138,14 @@ class TranscriptPersistence:
         return None
 
     def _ensure_session_row(self, db: SessionDB, session_id: str) -> None:
-        if not self._session_db_created:
-            db.create_session(session_id, self.platform or "unknown")
-            self._session_db_created = True
+        """Creates the session row once per session the agent writes to. A caller that
+        set ``_session_db_created`` vouches for the row of the current session."""
+        if self._session_db_created and self._session_row_for in (None, session_id):
+            self._session_row_for = session_id
+            return
+        db.create_session(session_id, self.platform or "unknown")
+        self._session_db_created = True
+        self._session_row_for = session_id
 
     def _import_pending_spool(self, db: SessionDB, session_id: str) -> None:
         """A spooled tail must reach the database before anything newer.
@@ -149,22 +156,22 @@ class TranscriptPersistence:
         """
         if self._spool_clear_for == session_id:
             return
-        path = spool_path(session_id)
-        if path.exists():
+        if has_spool(session_id):
+            path = spool_path(session_id)
             written = import_spool(db, path)
             logger.warning("session %s: re-imported %d spooled messages from %s", session_id, written, path)
         self._spool_clear_for = session_id
 
     def _flush_failed(
         self,
-        exc: HermesError,
+        exc: Exception,
         session_id: str,
         messages: Sequence[Any],
         history: Sequence[Any] | None,
         seed: Iterable[int] | None,
     ) -> bool:
         self._consecutive_flush_failures += 1
-        must_follow_spool = self._spool_clear_for != session_id and spool_path(session_id).exists()
+        must_follow_spool = self._spool_clear_for != session_id and has_spool(session_id)
         if must_follow_spool or self._consecutive_flush_failures >= SPOOL_AFTER_FAILURES:
             self._spool_pending(session_id, messages, history, seed, cause=exc)
             return False
@@ -196,7 +203,7 @@ class TranscriptPersistence:
         messages: Sequence[Any],
         history: Sequence[Any] | None,
         seed: Iterable[int] | None,
-        cause: HermesError | None,
+        cause: Exception | None,
     ) -> bool:
         tracker = self._flush_tracker()
         pending = tracker.pending(session_id, messages, history, seed)

@@ -57,6 +57,90 @@ pub struct SqliteBackend {
 struct Writer {
     conn: Connection,
     data_version: i64,
+    index: IndexPlan,
+}
+
+/// The search indexes this connection fills itself, and the triggers it runs.
+///
+/// Left to the schema's per-row insert triggers, FTS5 flushes a new index
+/// segment for every row (each trigger statement opens a savepoint), which
+/// costs ~5x more than one set-based insert per write. So while every
+/// trigger in the file is a known index trigger, the writer runs with
+/// triggers off and fills those indexes itself with the triggers' own text,
+/// in the same transaction. A trigger it does not know (someone's
+/// extension) turns triggers back on, so that trigger fires for our writes
+/// too. Re-checked whenever the schema changes (another program may add
+/// hermes-agent's trigram index while we run).
+#[derive(Debug, Default)]
+struct IndexPlan {
+    schema_version: Option<i64>,
+    /// Index tables to fill ourselves (empty while triggers are on).
+    tables: Vec<&'static str>,
+}
+
+/// `sessions` columns only the store itself writes: the key, and the
+/// counters of the SPEC §3 invariant (`message_count` = active rows).
+const MAINTAINED_COLUMNS: [&str; 3] = ["id", "message_count", "tool_call_count"];
+
+/// Index tables kept by an insert trigger, and the trigger's name.
+const KNOWN_INDEXES: [(&str, &str); 2] = [
+    ("messages_fts", "messages_fts_insert"),
+    ("messages_fts_trigram", "messages_fts_trigram_insert"),
+];
+
+const KNOWN_TRIGGERS: [&str; 6] = [
+    "messages_fts_insert",
+    "messages_fts_delete",
+    "messages_fts_update",
+    "messages_fts_trigram_insert",
+    "messages_fts_trigram_delete",
+    "messages_fts_trigram_update",
+];
+
+impl IndexPlan {
+    /// Re-plans if the schema changed since the last look. Call inside the
+    /// write transaction, so the schema cannot change before the commit.
+    fn refresh(&mut self, conn: &Connection) -> rusqlite::Result<()> {
+        let version: i64 = conn.query_row("PRAGMA schema_version", [], |r| r.get(0))?;
+        if self.schema_version == Some(version) {
+            return Ok(());
+        }
+        let triggers: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'trigger'")?
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        let all_known = triggers
+            .iter()
+            .all(|t| KNOWN_TRIGGERS.contains(&t.as_str()));
+        self.tables = if all_known {
+            KNOWN_INDEXES
+                .iter()
+                .filter(|(_, trigger)| triggers.iter().any(|t| t == trigger))
+                .map(|(table, _)| *table)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_TRIGGER, !all_known)?;
+        // Statements prepared under the other trigger setting must not be reused.
+        conn.flush_prepared_statement_cache();
+        self.schema_version = Some(version);
+        Ok(())
+    }
+
+    /// Adds the rows `first..=last` to each self-filled index, with exactly
+    /// the text the insert trigger would index (content, tool name, tool calls).
+    fn index_rows(&self, conn: &Connection, first: i64, last: i64) -> rusqlite::Result<()> {
+        for table in &self.tables {
+            conn.prepare_cached(&format!(
+                "INSERT INTO {table}(rowid, content)
+                 SELECT id, COALESCE(content, '') || ' ' || COALESCE(tool_name, '') || ' ' || COALESCE(tool_calls, '')
+                 FROM messages WHERE id BETWEEN ?1 AND ?2"
+            ))?
+            .execute([first, last])?;
+        }
+        Ok(())
+    }
 }
 
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
@@ -113,18 +197,16 @@ impl SqliteBackend {
             .prepare("SELECT name FROM pragma_table_info('sessions')")
             .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
             .at(&path)?;
-        // The writer indexes its own rows into messages_fts with one
-        // set-based statement per write (see `index_rows`). Left to the
-        // per-row trigger, FTS5 flushes a new index segment for every row
-        // (each trigger statement opens a savepoint), which costs ~5x more.
-        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_TRIGGER, false)
-            .at(&path)?;
         let data_version = Self::data_version(&conn).at(&path)?;
         Ok(SqliteBackend {
             path,
             options,
             file_id,
-            writer: Mutex::new(Some(Writer { conn, data_version })),
+            writer: Mutex::new(Some(Writer {
+                conn,
+                data_version,
+                index: IndexPlan::default(),
+            })),
             readers: Mutex::new(Vec::new()),
             commits: GroupCommit::default(),
             session_columns,
@@ -226,16 +308,24 @@ impl SqliteBackend {
 
     /// Borrows a reader connection for `f`, opening one when none is idle.
     fn read<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
+        self.read_raw(f)?.at(&self.path)
+    }
+
+    /// Like `read`, leaving the SQLite error to the caller to classify.
+    fn read_raw<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<rusqlite::Result<T>> {
         self.ensure_open()?;
         let conn = match lock(&self.readers).pop() {
             Some(c) => c,
             None => Self::connect(&self.path, self.options.synchronous)?,
         };
-        let out = f(&conn).at(&self.path);
+        let out = f(&conn);
         if !self.closed.load(Ordering::Acquire) {
             lock(&self.readers).push(conn);
         }
-        out
+        Ok(out)
     }
 
     /// Commits one batch: every job in one `BEGIN IMMEDIATE` transaction.
@@ -250,11 +340,11 @@ impl SqliteBackend {
                 path: self.path.clone(),
             });
         };
-        let conn = &writer.conn;
+        let Writer { conn, index, .. } = writer;
         let deadline = Instant::now() + self.options.busy_budget;
         let mut pause_ms = 2u64;
         loop {
-            match self.try_commit(conn, jobs) {
+            match self.try_commit(conn, index, jobs) {
                 Ok(results) => return results,
                 Err(e) => {
                     if !conn.is_autocommit() {
@@ -273,16 +363,22 @@ impl SqliteBackend {
     /// One attempt at a batch. A job that fails for its own reasons (unknown
     /// session, constraint) is rolled back to its savepoint and reported to
     /// its caller alone; busy and I/O failures abort the whole attempt.
-    fn try_commit(&self, conn: &Connection, jobs: &[WriteOp]) -> Result<Vec<Result<WriteOut>>> {
+    fn try_commit(
+        &self,
+        conn: &Connection,
+        index: &mut IndexPlan,
+        jobs: &[WriteOp],
+    ) -> Result<Vec<Result<WriteOut>>> {
         let path = &self.path;
         conn.execute_batch("BEGIN IMMEDIATE").at(path)?;
+        index.refresh(conn).at(path)?;
         let isolate = jobs.len() > 1;
         let mut results = Vec::with_capacity(jobs.len());
         for job in jobs {
             if isolate {
                 conn.execute_batch("SAVEPOINT job").at(path)?;
             }
-            match self.apply(conn, job) {
+            match self.apply(conn, index, job) {
                 Ok(out) => {
                     if isolate {
                         conn.execute_batch("RELEASE job").at(path)?;
@@ -290,12 +386,15 @@ impl SqliteBackend {
                     results.push(Ok(out));
                 }
                 Err(e) if e.is_whole_batch_failure() => return Err(e),
-                Err(e) => {
-                    if isolate {
-                        conn.execute_batch("ROLLBACK TO job; RELEASE job")
-                            .at(path)?;
-                    }
+                Err(e) if isolate => {
+                    conn.execute_batch("ROLLBACK TO job; RELEASE job")
+                        .at(path)?;
                     results.push(Err(e));
+                }
+                Err(e) => {
+                    // The only job failed: none of its partial work may commit.
+                    conn.execute_batch("ROLLBACK").at(path)?;
+                    return Ok(vec![Err(e)]);
                 }
             }
         }
@@ -303,7 +402,7 @@ impl SqliteBackend {
         Ok(results)
     }
 
-    fn apply(&self, conn: &Connection, op: &WriteOp) -> Result<WriteOut> {
+    fn apply(&self, conn: &Connection, index: &IndexPlan, op: &WriteOp) -> Result<WriteOut> {
         let path = &self.path;
         match op {
             WriteOp::CreateSession {
@@ -362,7 +461,8 @@ impl SqliteBackend {
                         .and_then(|mut s| s.execute(params![key, crate::model::now().to_string()]))
                         .at(path)?;
                 }
-                self.append_rows(conn, session_id, rows).map(WriteOut::Ids)
+                self.append_rows(conn, index, session_id, rows)
+                    .map(WriteOut::Ids)
             }
             WriteOp::UpdateSession { id, columns } => {
                 if columns.is_empty() {
@@ -433,6 +533,22 @@ impl SqliteBackend {
     fn append_rows(
         &self,
         conn: &Connection,
+        index: &IndexPlan,
+        session_id: &str,
+        rows: &[NewMessage],
+    ) -> Result<Vec<i64>> {
+        self.append_rows_unindexed(conn, session_id, rows)
+            .and_then(|ids| {
+                if let (Some(first), Some(last)) = (ids.first(), ids.last()) {
+                    index.index_rows(conn, *first, *last).at(&self.path)?;
+                }
+                Ok(ids)
+            })
+    }
+
+    fn append_rows_unindexed(
+        &self,
+        conn: &Connection,
         session_id: &str,
         rows: &[NewMessage],
     ) -> Result<Vec<i64>> {
@@ -466,21 +582,7 @@ impl SqliteBackend {
         for row in rows {
             ids.push(Self::insert_row(&mut insert, session_id, row).at(path)?);
         }
-        Self::index_rows(conn, ids[0], ids[ids.len() - 1]).at(path)?;
         Ok(ids)
-    }
-
-    /// Adds the rows `first..=last` to `messages_fts`, exactly as the
-    /// schema's insert trigger would (same text: content, tool name, tool
-    /// calls), in the same transaction. The ids are contiguous because this
-    /// connection holds the write lock while it inserts them.
-    fn index_rows(conn: &Connection, first: i64, last: i64) -> rusqlite::Result<usize> {
-        conn.prepare_cached(
-            "INSERT INTO messages_fts(rowid, content)
-             SELECT id, COALESCE(content, '') || ' ' || COALESCE(tool_name, '') || ' ' || COALESCE(tool_calls, '')
-             FROM messages WHERE id BETWEEN ?1 AND ?2",
-        )?
-        .execute([first, last])
     }
 
     fn insert_row(
@@ -511,7 +613,13 @@ impl SqliteBackend {
     }
 
     fn checked_column<'a>(&self, name: &'a str) -> Result<&'a str> {
-        if self.session_columns.iter().any(|c| c == name) {
+        if MAINTAINED_COLUMNS.contains(&name) {
+            Err(Error::Config(format!(
+                "{}: sessions.{name} is managed by hermes (the id is the key, the counters \
+                 move with the rows written) and cannot be set directly",
+                self.path.display()
+            )))
+        } else if self.session_columns.iter().any(|c| c == name) {
             Ok(name)
         } else {
             Err(Error::Config(format!(
@@ -629,7 +737,7 @@ impl Backend for SqliteBackend {
     }
 
     fn search(&self, query: &str, page: &Page) -> Result<Vec<Row>> {
-        let out = self.read(|c| {
+        let out = self.read_raw(|c| {
             let mut stmt = c.prepare_cached(
                 "SELECT m.id, m.session_id, m.role, m.content, m.tool_name, m.timestamp,
                         s.source, s.title,
@@ -647,21 +755,14 @@ impl Backend for SqliteBackend {
                 params![query, page.source, page.session_id, page.limit, page.offset],
             )
         });
-        out.map_err(|e| match e {
-            Error::Storage {
-                detail,
-                kind: StorageKind::Other,
-                ..
-            } if detail.contains("fts5")
-                || detail.contains("syntax error")
-                || detail.contains("no such column") =>
-            {
-                Error::BadQuery {
-                    query: query.to_owned(),
-                    detail,
-                }
-            }
-            other => other,
+        // A query FTS5 cannot parse fails with SQLite's generic error code;
+        // every storage failure has a code of its own.
+        out?.map_err(|e| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::Unknown) => Error::BadQuery {
+                query: query.to_owned(),
+                detail: e.to_string(),
+            },
+            _ => Error::sqlite(&self.path, e),
         })
     }
 
@@ -808,6 +909,50 @@ mod tests {
             .unwrap();
         assert_eq!(texts.len(), 2);
         assert_eq!(texts[0], texts[1]);
+    }
+
+    #[test]
+    fn a_failed_single_write_commits_none_of_its_work() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        let op = || WriteOp::Append {
+            session_id: "late".into(),
+            rows: vec![NewMessage::text("user", "x", 1.0)],
+            once_key: Some("k".into()),
+        };
+        assert!(matches!(db.write(op()), Err(Error::SessionNotFound { .. })));
+        create(&db, "late");
+        assert!(matches!(db.write(op()).unwrap(), WriteOut::Ids(ids) if ids.len() == 1));
+    }
+
+    #[test]
+    fn triggers_added_by_others_keep_working_for_our_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        create(&db, "s");
+        append(&db, "s", 1).unwrap();
+        let other = Connection::open(dir.path().join("state.db")).unwrap();
+        other
+            .execute_batch(
+                "CREATE VIRTUAL TABLE messages_fts_trigram USING fts5(content, tokenize='trigram');
+                 CREATE TRIGGER messages_fts_trigram_insert AFTER INSERT ON messages BEGIN
+                   INSERT INTO messages_fts_trigram(rowid, content) VALUES (new.id, new.content);
+                 END;
+                 CREATE TABLE audit (n INTEGER);
+                 CREATE TRIGGER audit_sessions AFTER UPDATE ON sessions BEGIN
+                   INSERT INTO audit VALUES (1);
+                 END;",
+            )
+            .unwrap();
+        append(&db, "s", 2).unwrap();
+        let count = |sql: &str| -> i64 { other.query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(count("SELECT COUNT(*) FROM messages_fts_trigram"), 2);
+        assert_eq!(count("SELECT COUNT(*) FROM messages_fts"), 3);
+        assert_eq!(count("SELECT COUNT(*) FROM audit"), 1);
+        other.execute_batch("DROP TRIGGER audit_sessions").unwrap();
+        append(&db, "s", 1).unwrap();
+        assert_eq!(count("SELECT COUNT(*) FROM messages_fts_trigram"), 3);
+        assert_eq!(count("SELECT COUNT(*) FROM messages_fts"), 4);
     }
 
     #[test]

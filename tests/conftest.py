@@ -1,0 +1,149 @@
+"""Shared fixtures: an isolated ``$HERMES_HOME``, a real ``state.db``, agent shells.
+
+Everything here works on real files under ``tmp_path``; nothing mocks storage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes.state import SessionDB
+
+
+@pytest.fixture
+def hermes_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``$HERMES_HOME`` pointing at an empty directory of this test."""
+    home = tmp_path / "hermes_home"
+    home.mkdir()
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "state.db"
+
+
+@pytest.fixture
+def db(db_path: Path, hermes_home: Path) -> Iterator[SessionDB]:
+    store = SessionDB(db_path)
+    yield store
+    store.close()
+
+
+def make_agent(
+    db: SessionDB | None,
+    session_id: str | None = "s1",
+    platform: str | None = "cli",
+    **attrs: Any,
+) -> Any:
+    """An ``AIAgent`` made with ``object.__new__``, carrying only the attributes
+    SPEC §4 lists (plus any overrides)."""
+    from hermes.agent import AIAgent
+
+    agent = object.__new__(AIAgent)
+    agent._session_db = db
+    agent._session_db_created = False
+    agent.session_id = session_id
+    agent.platform = platform
+    agent._session_messages = []
+    agent._last_flushed_db_idx = 0
+    agent._flushed_db_message_ids = set()
+    agent._flushed_db_message_session_id = None
+    for name, value in attrs.items():
+        setattr(agent, name, value)
+    return agent
+
+
+@pytest.fixture
+def agent_factory(hermes_home: Path) -> Callable[..., Any]:
+    return make_agent
+
+
+def _run(*cmd: str) -> bool:
+    return subprocess.run(cmd, capture_output=True).returncode == 0
+
+
+@pytest.fixture
+def mount_tmpfs(tmp_path: Path) -> Iterator[Callable[[str, str], Path]]:
+    """Mounts a real tmpfs (``size=...``) at a directory under tmp_path; skips
+    the test when this machine does not allow mounting. Unmounted afterwards."""
+    mounted: list[Path] = []
+
+    def mount(name: str, size: str = "1m") -> Path:
+        target = tmp_path / name
+        target.mkdir()
+        if os.geteuid() != 0 or not shutil.which("mount"):
+            pytest.skip("needs root and mount(8) to create a small real filesystem")
+        if not _run("mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(target)):
+            pytest.skip("mounting a tmpfs is not permitted here")
+        mounted.append(target)
+        return target
+
+    yield mount
+    for target in reversed(mounted):
+        if not _run("umount", str(target)):
+            _run("umount", "-l", str(target))
+
+
+# SQLite must only be touched through hermes inside the test process: the
+# stdlib ``sqlite3`` is a second copy of SQLite, and two copies in one process
+# do not see each other's POSIX locks (closing one's file descriptor even drops
+# the other's locks). Independent looks at the file therefore run in a child.
+
+_HOLD_LOCK = """
+import sqlite3, sys
+con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)
+con.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.readline()
+con.execute("ROLLBACK")
+con.close()
+"""
+
+
+@contextlib.contextmanager
+def write_lock_held(path: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another process holds ``BEGIN IMMEDIATE`` on ``path`` inside the block."""
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(path)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+        yield proc
+    finally:
+        if proc.poll() is None:
+            assert proc.stdin is not None
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+        proc.wait(timeout=10)
+
+
+def raw_sql(path: Path, sql: str) -> list[tuple[Any, ...]]:
+    """Runs a read-only query on the file from another process."""
+    script = ("import json, sqlite3, sys\n"
+              "con = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True)\n"
+              "print(json.dumps(con.execute(sys.argv[2]).fetchall()))\n")
+    out = subprocess.run([sys.executable, "-c", script, str(path), sql], capture_output=True,
+                         text=True, check=True)
+    import json
+
+    return [tuple(row) for row in json.loads(out.stdout)]
+
+
+@pytest.fixture
+def hold_write_lock() -> Callable[[Path], contextlib.AbstractContextManager[subprocess.Popen[str]]]:
+    return write_lock_held
+
+
+@pytest.fixture
+def sql() -> Callable[[Path, str], list[tuple[Any, ...]]]:
+    return raw_sql
