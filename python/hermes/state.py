@@ -128,6 +128,14 @@ class SessionDB:
         """
         return self._store.message_count(session_id)
 
+    def own_appends(self, session_id: str) -> int:
+        """Message rows this ``SessionDB`` committed to the session since it was opened.
+
+        The gateway's guard compares it with the change of ``message_count``: a session
+        that grew by more than this process wrote was written by another process too.
+        """
+        return self._store.own_appends(session_id)
+
     def foreign_commit_since_last_look(self) -> bool:
         """Whether another connection (process, CLI, cron) committed to this
         file since the previous call. Commits of this ``SessionDB`` do not count.

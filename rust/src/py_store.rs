@@ -283,6 +283,13 @@ impl Store {
         Ok(py.detach(|| backend.message_count(session_id))?)
     }
 
+    /// How many message rows this store has committed to the session since
+    /// it was opened. With `message_count` it separates this process's
+    /// writes from other processes'.
+    fn own_appends(&self, session_id: &str) -> u64 {
+        self.backend.own_appends(session_id)
+    }
+
     /// True when another connection (process, CLI, cron) committed since the
     /// previous call.
     fn foreign_commit_since_last_look(&self, py: Python<'_>) -> PyResult<bool> {

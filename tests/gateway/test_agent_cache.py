@@ -13,7 +13,8 @@ from hermes.gateway.agent_cache import AgentCache, CacheEntry, agent_signature
 
 def _cache(capacity: int = 8, idle_ttl: float = 60.0) -> tuple[AgentCache, dict[str, CacheEntry]]:
     entries: dict[str, CacheEntry] = {}
-    return AgentCache(entries, threading.Lock(), {}, capacity=capacity, idle_ttl=idle_ttl), entries
+    return AgentCache(entries, threading.Lock(), {}, {}, capacity=capacity,
+                      idle_ttl=idle_ttl), entries
 
 
 def test_signature_is_stable_and_hides_secrets() -> None:
@@ -34,6 +35,27 @@ def test_reuse_needs_same_signature_session_and_count() -> None:
     assert cache.checkout("k", "sig", "s1", None) == (agent, [])  # unknown count: reuse
     assert cache.checkout("k", "sig", "s1", 5) == (None, [agent])  # another process wrote
     assert cache.checkout("k", "sig", "s1", 4) == (None, [])  # and it is gone
+
+
+def test_rebaseline_absorbs_only_this_process_writes() -> None:
+    cache, entries = _cache()
+    agent = object()
+    cache.put("k", agent, "sig", 4, "s1", busy=(), own=10)
+    # The turn wrote 3 rows (own 10 -> 13) and the count moved by 3: re-baselined.
+    assert cache.rebaseline("k", "s1", 7, own=13)
+    assert entries["k"][2] == 7
+    # The next turn wrote 2 rows, but the count moved by 3: another process wrote
+    # during the turn, so the snapshot stays behind and the guard fires next time.
+    assert not cache.rebaseline("k", "s1", 10, own=15)
+    assert entries["k"][2] == 7
+    assert cache.checkout("k", "sig", "s1", 10) == (None, [agent])
+
+
+def test_rebaseline_without_own_counts_trusts_the_live_count() -> None:
+    cache, entries = _cache()
+    entries["k"] = (object(), "sig", 0)  # an entry made elsewhere, as the seeds do
+    assert cache.rebaseline("k", "s1", 1, own=1)
+    assert entries["k"][2] == 1
 
 
 @pytest.mark.parametrize(("signature", "session_id"), [("other", "s1"), ("sig", "s2")])

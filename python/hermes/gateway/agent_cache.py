@@ -7,7 +7,10 @@ cross-process **coherence guard**: each entry keeps the session's ``message_coun
 last time this process knew the transcript. Another process writing the session (a second
 gateway, the CLI) moves the live count away from that snapshot, and the agent is rebuilt from
 the database instead of answering from a stale view. After its own writes the runner
-re-baselines the snapshot (``rebaseline``) so the guard never fires on them.
+re-baselines the snapshot (``rebaseline``) so the guard never fires on them. The re-baseline
+is exact: it also records how many rows this process had written (``SessionDB.own_appends``),
+and when the count grew by more than that since the snapshot, another process wrote during
+the turn, so the snapshot is left behind and the next turn rebuilds the agent.
 
 Entries are ``(agent, signature, message_count_snapshot, session_id)``; the 3-tuple form
 without ``session_id`` is accepted too. The dict and its ``threading.Lock`` belong to the
@@ -62,6 +65,7 @@ class AgentCache:
         entries: dict[str, CacheEntry],
         lock: threading.Lock,
         used_at: dict[str, float],
+        own_at: dict[str, int],
         *,
         capacity: int,
         idle_ttl: float,
@@ -69,6 +73,8 @@ class AgentCache:
         self._entries = entries
         self._lock = lock
         self._used_at = used_at
+        # Rows this process had written to the entry's session when its snapshot was taken.
+        self._own_at = own_at
         self._capacity = capacity
         self._idle_ttl = idle_ttl
 
@@ -93,12 +99,10 @@ class AgentCache:
                 self._entries[key] = self._entries.pop(key)  # most recently used
                 self._used_at[key] = time.monotonic()
                 return agent, []
-            del self._entries[key]
-            self._used_at.pop(key, None)
-            return None, [agent]
+            return None, [self._remove(key)]
 
     def put(self, key: str, agent: Any, signature: str, count: int, session_id: str,
-            busy: Collection[str]) -> list[Any]:
+            busy: Collection[str], own: int | None = None) -> list[Any]:
         """Cache ``agent``; returns the least recently used agents pushed out by the cap.
 
         Agents of conversations in ``busy`` (running a turn) are never pushed out, so the
@@ -108,22 +112,37 @@ class AgentCache:
             self._entries.pop(key, None)
             self._entries[key] = (agent, signature, count, session_id)
             self._used_at[key] = time.monotonic()
+            self._remember_own(key, own)
             excess = len(self._entries) - self._capacity
             victims = [k for k in self._entries if k != key and k not in busy][:max(excess, 0)]
             return [self._remove(k) for k in victims]
 
-    def rebaseline(self, key: str, session_id: str, live_count: int) -> bool:
+    def rebaseline(self, key: str, session_id: str, live_count: int,
+                   own: int | None = None) -> bool:
         """Record ``live_count`` as the snapshot after this process's own writes.
 
         Skipped when the entry belongs to another session (the key moved on, e.g. ``/new``):
-        its snapshot counts a different transcript.
+        its snapshot counts a different transcript. Skipped too when ``own`` (rows this
+        process has written to the session) shows the count grew by more than this process
+        wrote since the snapshot: another process wrote meanwhile, and the stale snapshot
+        makes the next turn rebuild the agent from the database.
         """
         with self._lock:
             entry = self._entries.get(key)
             if entry is None or (len(entry) > 3 and entry[3] != session_id):
                 return False
+            own_then = self._own_at.get(key)
+            if own is not None and own_then is not None and live_count - entry[2] != own - own_then:
+                return False
             self._entries[key] = (*entry[:2], live_count, *entry[3:])
+            self._remember_own(key, own)
             return True
+
+    def _remember_own(self, key: str, own: int | None) -> None:
+        if own is None:
+            self._own_at.pop(key, None)
+        else:
+            self._own_at[key] = own
 
     def sweep_idle(self, busy: Collection[str]) -> list[Any]:
         """Remove agents unused for longer than the idle TTL; returns them for release."""
@@ -148,4 +167,5 @@ class AgentCache:
 
     def _remove(self, key: str) -> Any:
         self._used_at.pop(key, None)
+        self._own_at.pop(key, None)
         return self._entries.pop(key)[0]

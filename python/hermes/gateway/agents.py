@@ -61,6 +61,7 @@ async def run_agent(
     """
     signature = agent_signature(runtime_kwargs)
     live = await runner._live_message_count(session_id)
+    own = runner._own_appends(session_id)
     cache = runner._cache()
     cached, stale = cache.checkout(session_key, signature, session_id, live)
     if stale:
@@ -74,7 +75,7 @@ async def run_agent(
         agent = await runner._run_in_executor_with_context(
             build_agent, factory, session_id, db, source, runtime_kwargs)
         runner._release_agents(cache.put(session_key, agent, signature, live or 0, session_id,
-                                         busy=runner._running_agents))
+                                         busy=runner._running_agents, own=own))
     runner._running_agents[session_key] = agent
     try:
         result: dict[str, Any] = await runner._run_in_executor_with_context(functools.partial(

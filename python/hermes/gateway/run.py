@@ -240,20 +240,29 @@ class GatewayRunner:
 
     def _cache(self) -> AgentCache:
         used_at = self.__dict__.setdefault("_agent_cache_used_at", {})
-        return AgentCache(self._agent_cache, self._agent_cache_lock, used_at,
+        own_at = self.__dict__.setdefault("_agent_cache_own_at", {})
+        return AgentCache(self._agent_cache, self._agent_cache_lock, used_at, own_at,
                           capacity=self.config.agent_cache_size,
                           idle_ttl=self.config.agent_idle_ttl)
 
     async def _live_message_count(self, session_id: str) -> int | None:
-        """The session's ``message_count`` in ``state.db`` now; ``None`` if it cannot be read."""
+        """The session's ``message_count`` in ``state.db`` now; ``None`` if it cannot be read.
+
+        Read on the loop, not through a worker thread: it is one indexed read of a few
+        microseconds with the GIL released, and a WAL reader never waits for writers; a
+        thread hop would cost far more than the read.
+        """
         if self._session_db is None:
             return None
         try:
-            count: int | None = await self._session_db.message_count(session_id)
-            return count
+            return self._session_db._db.message_count(session_id)
         except Exception:
             logger.warning("cannot read the message count of %s", session_id, exc_info=True)
             return None
+
+    def _own_appends(self, session_id: str) -> int | None:
+        """Rows this process has written to the session (``None`` without a database)."""
+        return None if self._session_db is None else self._session_db._db.own_appends(session_id)
 
     async def _refresh_agent_cache_message_count(self, session_key: str,
                                                  session_id: str | None) -> None:
@@ -263,7 +272,7 @@ class GatewayRunner:
             return
         live = await self._live_message_count(session_id)
         if live is not None:
-            self._cache().rebaseline(session_key, session_id, live)
+            self._cache().rebaseline(session_key, session_id, live, self._own_appends(session_id))
 
     async def _sweep_idle_agents(self) -> None:
         while True:

@@ -78,6 +78,8 @@ pub trait Backend: Send + Sync {
     fn session(&self, id: &str) -> Result<Option<Row>>;
     /// The live `message_count` of a session (`None` when it does not exist).
     fn message_count(&self, id: &str) -> Result<Option<i64>>;
+    /// How many message rows this backend has committed to the session.
+    fn own_appends(&self, session_id: &str) -> u64;
     /// Whether any other connection committed since the previous call.
     fn foreign_commit_since_last_look(&self) -> Result<bool>;
     /// A session's messages in insertion order (`messages.id`).

@@ -1,6 +1,7 @@
 //! The SQLite backend: one writer connection fed by group commit, a pool of
 //! reader connections, and whole-transaction retry with jitter on contention.
 
+use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -52,6 +53,9 @@ pub struct SqliteBackend {
     commits: GroupCommit<WriteOp, WriteOut>,
     session_columns: Vec<String>,
     closed: AtomicBool,
+    /// Rows this backend committed, per session: with the live count, it
+    /// tells this process's writes from other processes'.
+    own_appends: Mutex<HashMap<String, u64>>,
 }
 
 struct Writer {
@@ -211,6 +215,7 @@ impl SqliteBackend {
             commits: GroupCommit::default(),
             session_columns,
             closed: AtomicBool::new(false),
+            own_appends: Mutex::new(HashMap::new()),
         })
     }
 
@@ -345,7 +350,10 @@ impl SqliteBackend {
         let mut pause_ms = 2u64;
         loop {
             match self.try_commit(conn, index, jobs) {
-                Ok(results) => return results,
+                Ok(results) => {
+                    self.count_own_appends(jobs, &results);
+                    return results;
+                }
                 Err(e) => {
                     if !conn.is_autocommit() {
                         let _ = conn.execute_batch("ROLLBACK");
@@ -356,6 +364,15 @@ impl SqliteBackend {
                     std::thread::sleep(Duration::from_millis(fastrand::u64(1..=pause_ms)));
                     pause_ms = (pause_ms * 2).min(100);
                 }
+            }
+        }
+    }
+
+    fn count_own_appends(&self, jobs: &[WriteOp], results: &[Result<WriteOut>]) {
+        let mut own = lock(&self.own_appends);
+        for (job, result) in jobs.iter().zip(results) {
+            if let (WriteOp::Append { session_id, .. }, Ok(WriteOut::Ids(ids))) = (job, result) {
+                *own.entry(session_id.clone()).or_default() += ids.len() as u64;
             }
         }
     }
@@ -697,6 +714,13 @@ impl Backend for SqliteBackend {
         })
     }
 
+    fn own_appends(&self, session_id: &str) -> u64 {
+        lock(&self.own_appends)
+            .get(session_id)
+            .copied()
+            .unwrap_or(0)
+    }
+
     fn foreign_commit_since_last_look(&self) -> Result<bool> {
         self.ensure_open()?;
         let mut writer = lock(&self.writer);
@@ -1016,5 +1040,10 @@ mod tests {
         append(&b, "s", 1).unwrap();
         assert!(a.foreign_commit_since_last_look().unwrap());
         assert!(!a.foreign_commit_since_last_look().unwrap());
+        append(&a, "s", 2).unwrap();
+        assert!(append(&a, "missing", 1).is_err());
+        assert_eq!((a.own_appends("s"), b.own_appends("s")), (2, 1));
+        assert_eq!(a.own_appends("missing"), 0);
+        assert_eq!(a.message_count("s").unwrap(), Some(3));
     }
 }
