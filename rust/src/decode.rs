@@ -5,30 +5,48 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use pyo3::{intern, IntoPyObjectExt};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use crate::model::{msg, Row, Value};
+use crate::model::{msg, RowRef, ValueRef};
 use crate::schema::CONTENT_JSON_PREFIX;
 
-pub fn value<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
+pub fn value<'py>(py: Python<'py>, v: ValueRef<'_>) -> PyResult<Bound<'py, PyAny>> {
     match v {
-        Value::Null => Ok(py.None().into_bound(py)),
-        Value::Integer(n) => n.into_bound_py_any(py),
-        Value::Real(x) => x.into_bound_py_any(py),
-        Value::Text(s) => s.into_bound_py_any(py),
-        Value::Blob(b) => Ok(PyBytes::new(py, b).into_any()),
+        ValueRef::Null => Ok(py.None().into_bound(py)),
+        ValueRef::Integer(n) => n.into_bound_py_any(py),
+        ValueRef::Real(x) => x.into_bound_py_any(py),
+        ValueRef::Text(t) => Ok(text(py, t).into_any()),
+        ValueRef::Blob(b) => Ok(PyBytes::new(py, b).into_any()),
+    }
+}
+
+/// Stored text as a Python string. Python validates the UTF-8 as it
+/// decodes (once), replacing what another writer may have stored invalid.
+pub fn text<'py>(py: Python<'py>, bytes: &[u8]) -> Bound<'py, PyString> {
+    // SAFETY: the GIL is held; the pointer and length describe `bytes`, and
+    // "replace" makes decoding infallible but for memory exhaustion.
+    unsafe {
+        let obj = pyo3::ffi::PyUnicode_DecodeUTF8(
+            bytes.as_ptr().cast(),
+            bytes.len() as pyo3::ffi::Py_ssize_t,
+            c"replace".as_ptr(),
+        );
+        match Bound::from_owned_ptr_or_err(py, obj) {
+            Ok(s) => s.cast_into_unchecked(),
+            Err(_) => PyString::new(py, &String::from_utf8_lossy(bytes)),
+        }
     }
 }
 
 /// A JSON document as Python objects, built straight from the parser (no
 /// intermediate tree). Malformed JSON comes back as the raw string rather
 /// than failing the whole read.
-pub fn json<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
-    let mut parser = serde_json::Deserializer::from_str(text);
+pub fn json<'py>(py: Python<'py>, doc: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+    let mut parser = serde_json::Deserializer::from_slice(doc);
     match PyJson(py)
         .deserialize(&mut parser)
         .and_then(|v| parser.end().map(|_| v))
     {
         Ok(v) => Ok(v),
-        Err(_) => text.into_bound_py_any(py),
+        Err(_) => Ok(text(py, doc).into_any()),
     }
 }
 
@@ -98,29 +116,28 @@ impl<'de, 'py> Visitor<'de> for PyJson<'py> {
 
 /// `messages.content` back to what was stored: prefixed JSON becomes the
 /// list (or dict) of parts again.
-pub fn content<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
-    match v {
-        Value::Text(s) => match s.strip_prefix(CONTENT_JSON_PREFIX) {
-            Some(doc) => json(py, doc),
-            None => s.into_bound_py_any(py),
-        },
-        other => value(py, other),
+pub fn content<'py>(py: Python<'py>, v: ValueRef<'_>) -> PyResult<Bound<'py, PyAny>> {
+    if let ValueRef::Text(t) = v {
+        if let Some(doc) = t.strip_prefix(CONTENT_JSON_PREFIX.as_bytes()) {
+            return json(py, doc);
+        }
     }
+    value(py, v)
 }
 
 /// Every column of a row, as stored.
-pub fn row<'py>(py: Python<'py>, r: &Row) -> PyResult<Bound<'py, PyDict>> {
+pub fn row<'py>(py: Python<'py>, r: RowRef<'_>) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
-    for (name, v) in r.columns.iter().zip(&r.values) {
+    for (name, v) in r.columns().iter().zip(r.values()) {
         dict.set_item(name, value(py, v)?)?;
     }
     Ok(dict)
 }
 
 /// A `messages` row with its structured columns decoded.
-pub fn message_row<'py>(py: Python<'py>, r: &Row) -> PyResult<Bound<'py, PyDict>> {
+pub fn message_row<'py>(py: Python<'py>, r: RowRef<'_>) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
-    for (name, v) in r.columns.iter().zip(&r.values) {
+    for (name, v) in r.columns().iter().zip(r.values()) {
         let decoded = match (name.as_str(), v) {
             ("content", _) => content(py, v)?,
             (
@@ -128,8 +145,8 @@ pub fn message_row<'py>(py: Python<'py>, r: &Row) -> PyResult<Bound<'py, PyDict>
                 | "reasoning_details"
                 | "codex_reasoning_items"
                 | "codex_message_items",
-                Value::Text(s),
-            ) => json(py, s)?,
+                ValueRef::Text(t),
+            ) => json(py, t)?,
             _ => value(py, v)?,
         };
         dict.set_item(name, decoded)?;
@@ -137,30 +154,20 @@ pub fn message_row<'py>(py: Python<'py>, r: &Row) -> PyResult<Bound<'py, PyDict>
     Ok(dict)
 }
 
-fn text_at(r: &Row, index: usize) -> Option<&str> {
-    match &r.values[index] {
-        Value::Text(s) if !s.is_empty() => Some(s),
-        _ => None,
-    }
-}
-
 /// A `messages` row (read with [`crate::model::MESSAGE_COLUMNS`]) in the
 /// OpenAI conversation shape the agent replays: `role`, `content`, and each
 /// optional field only when it has a value.
-pub fn conversation_message<'py>(py: Python<'py>, r: &Row) -> PyResult<Bound<'py, PyDict>> {
+pub fn conversation_message<'py>(py: Python<'py>, r: RowRef<'_>) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
-    let role = text_at(r, msg::ROLE).unwrap_or_default();
-    dict.set_item(intern!(py, "role"), role)?;
-    dict.set_item(
-        intern!(py, "content"),
-        content(py, &r.values[msg::CONTENT])?,
-    )?;
-    if let Some(s) = text_at(r, msg::API_CONTENT) {
-        dict.set_item(intern!(py, "api_content"), s)?;
+    let role = r.text(msg::ROLE).unwrap_or_default();
+    dict.set_item(intern!(py, "role"), role_string(py, role))?;
+    dict.set_item(intern!(py, "content"), content(py, r.get(msg::CONTENT))?)?;
+    if let Some(s) = r.text(msg::API_CONTENT) {
+        dict.set_item(intern!(py, "api_content"), text(py, s))?;
     }
-    match r.values[msg::TIMESTAMP] {
-        Value::Real(t) if t != 0.0 => dict.set_item(intern!(py, "timestamp"), t)?,
-        Value::Integer(t) if t != 0 => dict.set_item(intern!(py, "timestamp"), t as f64)?,
+    match r.get(msg::TIMESTAMP) {
+        ValueRef::Real(t) if t != 0.0 => dict.set_item(intern!(py, "timestamp"), t)?,
+        ValueRef::Integer(t) if t != 0 => dict.set_item(intern!(py, "timestamp"), t as f64)?,
         _ => {}
     }
     let optional = [
@@ -169,30 +176,30 @@ pub fn conversation_message<'py>(py: Python<'py>, r: &Row) -> PyResult<Bound<'py
         (intern!(py, "effect_disposition"), msg::EFFECT_DISPOSITION),
     ];
     for (key, index) in optional {
-        if let Some(s) = text_at(r, index) {
-            dict.set_item(key, s)?;
+        if let Some(s) = r.text(index) {
+            dict.set_item(key, text(py, s))?;
         }
     }
-    if let Some(s) = text_at(r, msg::TOOL_CALLS) {
+    if let Some(s) = r.text(msg::TOOL_CALLS) {
         dict.set_item(intern!(py, "tool_calls"), json(py, s)?)?;
     }
-    if let Some(s) = text_at(r, msg::PLATFORM_MESSAGE_ID) {
-        dict.set_item(intern!(py, "message_id"), s)?;
+    if let Some(s) = r.text(msg::PLATFORM_MESSAGE_ID) {
+        dict.set_item(intern!(py, "message_id"), text(py, s))?;
     }
-    if matches!(r.values[msg::OBSERVED], Value::Integer(n) if n != 0) {
+    if matches!(r.get(msg::OBSERVED), ValueRef::Integer(n) if n != 0) {
         dict.set_item(intern!(py, "observed"), true)?;
     }
-    if role == "assistant" {
+    if role == b"assistant" {
         for (key, index) in [
             (intern!(py, "finish_reason"), msg::FINISH_REASON),
             (intern!(py, "reasoning"), msg::REASONING),
         ] {
-            if let Some(s) = text_at(r, index) {
-                dict.set_item(key, s)?;
+            if let Some(s) = r.text(index) {
+                dict.set_item(key, text(py, s))?;
             }
         }
-        if let Value::Text(s) = &r.values[msg::REASONING_CONTENT] {
-            dict.set_item(intern!(py, "reasoning_content"), s)?;
+        if let ValueRef::Text(t) = r.get(msg::REASONING_CONTENT) {
+            dict.set_item(intern!(py, "reasoning_content"), text(py, t))?;
         }
         for (key, index) in [
             (intern!(py, "reasoning_details"), msg::REASONING_DETAILS),
@@ -202,10 +209,21 @@ pub fn conversation_message<'py>(py: Python<'py>, r: &Row) -> PyResult<Bound<'py
             ),
             (intern!(py, "codex_message_items"), msg::CODEX_MESSAGE_ITEMS),
         ] {
-            if let Some(s) = text_at(r, index) {
+            if let Some(s) = r.text(index) {
                 dict.set_item(key, json(py, s)?)?;
             }
         }
     }
     Ok(dict)
+}
+
+/// The common roles as interned strings: one object each, however long the transcript.
+fn role_string<'py>(py: Python<'py>, role: &[u8]) -> Bound<'py, PyString> {
+    match role {
+        b"user" => intern!(py, "user").clone(),
+        b"assistant" => intern!(py, "assistant").clone(),
+        b"tool" => intern!(py, "tool").clone(),
+        b"system" => intern!(py, "system").clone(),
+        other => text(py, other),
+    }
 }

@@ -15,7 +15,7 @@ use pyo3::types::{PyDict, PyList, PyString};
 use crate::decode;
 use crate::encode::{self, Warnings};
 use crate::error::{Error, MessageEncodeError};
-use crate::model::{self, NewMessage, Row, Value};
+use crate::model::{self, NewMessage, RowRef, Table, Value};
 use crate::schema::Synchronous;
 use crate::store::{Backend, Options, Page, SqliteBackend, WriteOp, WriteOut};
 use crate::tracker::{AddressSet, Known, Plan, Tracker};
@@ -118,13 +118,39 @@ fn encode_messages<'py>(
     Ok(rows)
 }
 
+/// Pauses Python's cyclic garbage collector while it lives. The dicts and
+/// lists built from rows hold only strings, numbers and other such
+/// containers (no cycles), so collector passes triggered by allocating
+/// thousands of them are pure cost: a third of a long transcript's load.
+struct GcPause {
+    was_enabled: bool,
+}
+
+impl GcPause {
+    fn new(_py: Python<'_>) -> Self {
+        // SAFETY: the GIL is held (a `Python` token exists).
+        let was_enabled = unsafe { pyo3::ffi::PyGC_Disable() } == 1;
+        GcPause { was_enabled }
+    }
+}
+
+impl Drop for GcPause {
+    fn drop(&mut self) {
+        if self.was_enabled {
+            // SAFETY: dropped on the thread that made it, still holding the GIL.
+            unsafe { pyo3::ffi::PyGC_Enable() };
+        }
+    }
+}
+
 fn rows_to_list<'py>(
     py: Python<'py>,
-    rows: &[Row],
-    convert: impl Fn(Python<'py>, &Row) -> PyResult<Bound<'py, PyDict>>,
+    table: &Table,
+    convert: impl Fn(Python<'py>, RowRef<'_>) -> PyResult<Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyList>> {
+    let _pause = GcPause::new(py);
     let list = PyList::empty(py);
-    for r in rows {
+    for r in table.rows() {
         list.append(convert(py, r)?)?;
     }
     Ok(list)
@@ -273,8 +299,9 @@ impl Store {
         session_id: &str,
     ) -> PyResult<Option<Bound<'py, PyDict>>> {
         let backend = &*self.backend;
-        let row = py.detach(|| backend.session(session_id))?;
-        row.map(|r| decode::row(py, &r)).transpose()
+        let table = py.detach(|| backend.session(session_id))?;
+        let row = table.rows().next().map(|r| decode::row(py, r)).transpose();
+        row
     }
 
     /// The live `message_count` (None if the session does not exist).

@@ -12,7 +12,7 @@ pub use sqlite::{Options, SqliteBackend};
 use std::path::Path;
 
 use crate::error::Result;
-use crate::model::{NewMessage, Row, Value};
+use crate::model::{NewMessage, Table, Value};
 
 /// One write, executed inside a transaction that may carry other callers'
 /// writes too (group commit). Each write succeeds or fails on its own.
@@ -75,7 +75,8 @@ pub trait Backend: Send + Sync {
     /// Runs one write; group-committed with concurrent writes from other threads.
     fn write(&self, op: WriteOp) -> Result<WriteOut>;
 
-    fn session(&self, id: &str) -> Result<Option<Row>>;
+    /// The session's row (an empty table when it does not exist).
+    fn session(&self, id: &str) -> Result<Table>;
     /// The live `message_count` of a session (`None` when it does not exist).
     fn message_count(&self, id: &str) -> Result<Option<i64>>;
     /// How many message rows this backend has committed to the session.
@@ -83,9 +84,9 @@ pub trait Backend: Send + Sync {
     /// Whether any other connection committed since the previous call.
     fn foreign_commit_since_last_look(&self) -> Result<bool>;
     /// A session's messages in insertion order (`messages.id`).
-    fn messages(&self, session_id: &str, include_inactive: bool) -> Result<Vec<Row>>;
-    fn list_sessions(&self, page: &Page) -> Result<Vec<Row>>;
-    fn search(&self, query: &str, page: &Page) -> Result<Vec<Row>>;
+    fn messages(&self, session_id: &str, include_inactive: bool) -> Result<Table>;
+    fn list_sessions(&self, page: &Page) -> Result<Table>;
+    fn search(&self, query: &str, page: &Page) -> Result<Table>;
     fn has_platform_message_id(&self, session_id: &str, platform_message_id: &str) -> Result<bool>;
     fn routing_entries(&self, scope: &str) -> Result<Vec<(String, String)>>;
     fn meta(&self, key: &str) -> Result<Option<String>>;

@@ -16,7 +16,7 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Statement};
 use super::group_commit::GroupCommit;
 use super::{Backend, Page, WriteOp, WriteOut};
 use crate::error::{Error, Result, StorageKind};
-use crate::model::{NewMessage, Row, Value, MESSAGE_COLUMNS};
+use crate::model::{NewMessage, Table, Value, MESSAGE_COLUMNS};
 use crate::schema::{self, Synchronous};
 
 /// How a store is opened.
@@ -654,22 +654,16 @@ impl SqliteBackend {
         }
     }
 
-    fn rows(stmt: &mut Statement<'_>, params: impl rusqlite::Params) -> rusqlite::Result<Vec<Row>> {
-        let columns: Arc<[String]> = stmt.column_names().map(String::from).collect();
-        let width = columns.len();
-        let mut out = Vec::new();
+    fn rows(stmt: &mut Statement<'_>, params: impl rusqlite::Params) -> rusqlite::Result<Table> {
+        let mut table = Table::new(stmt.column_names().map(String::from).collect());
+        let width = table.columns.len();
         let mut rows = stmt.query(params)?;
         while let Some(r) = rows.next()? {
-            let mut values = Vec::with_capacity(width);
             for i in 0..width {
-                values.push(r.get::<_, Value>(i)?);
+                table.push(r.get_ref(i)?);
             }
-            out.push(Row {
-                columns: Arc::clone(&columns),
-                values,
-            });
         }
-        Ok(out)
+        Ok(table)
     }
 }
 
@@ -699,10 +693,10 @@ impl Backend for SqliteBackend {
         self.commits.submit(op, |jobs| self.commit_batch(jobs))
     }
 
-    fn session(&self, id: &str) -> Result<Option<Row>> {
+    fn session(&self, id: &str) -> Result<Table> {
         self.read(|c| {
             let mut stmt = c.prepare_cached("SELECT * FROM sessions WHERE id = ?1")?;
-            Ok(Self::rows(&mut stmt, [id])?.pop())
+            Self::rows(&mut stmt, [id])
         })
     }
 
@@ -736,7 +730,7 @@ impl Backend for SqliteBackend {
         Ok(changed)
     }
 
-    fn messages(&self, session_id: &str, include_inactive: bool) -> Result<Vec<Row>> {
+    fn messages(&self, session_id: &str, include_inactive: bool) -> Result<Table> {
         self.read(|c| {
             let sql = if include_inactive {
                 format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1 ORDER BY id")
@@ -750,7 +744,7 @@ impl Backend for SqliteBackend {
         })
     }
 
-    fn list_sessions(&self, page: &Page) -> Result<Vec<Row>> {
+    fn list_sessions(&self, page: &Page) -> Result<Table> {
         self.read(|c| {
             let mut stmt = c.prepare_cached(
                 "SELECT * FROM sessions WHERE (?1 IS NULL OR source = ?1)
@@ -760,7 +754,7 @@ impl Backend for SqliteBackend {
         })
     }
 
-    fn search(&self, query: &str, page: &Page) -> Result<Vec<Row>> {
+    fn search(&self, query: &str, page: &Page) -> Result<Table> {
         let out = self.read_raw(|c| {
             let mut stmt = c.prepare_cached(
                 "SELECT m.id, m.session_id, m.role, m.content, m.tool_name, m.timestamp,
@@ -868,7 +862,7 @@ mod tests {
         append(&db, "s", 3).unwrap();
         append(&db, "s", 2).unwrap();
         assert_eq!(db.message_count("s").unwrap(), Some(5));
-        assert_eq!(db.messages("s", false).unwrap().len(), 5);
+        assert_eq!(db.messages("s", false).unwrap().rows().count(), 5);
     }
 
     #[test]
@@ -885,9 +879,10 @@ mod tests {
         })
         .unwrap();
         append(&db, "s", 1).unwrap();
-        let row = db.session("s").unwrap().unwrap();
-        let ended = row.columns.iter().position(|c| c == "ended_at").unwrap();
-        assert_eq!(row.values[ended], Value::Null);
+        let table = db.session("s").unwrap();
+        let row = table.rows().next().unwrap();
+        let ended = row.columns().iter().position(|c| c == "ended_at").unwrap();
+        assert_eq!(row.get(ended), rusqlite::types::ValueRef::Null);
     }
 
     #[test]
