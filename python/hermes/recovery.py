@@ -42,15 +42,23 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _SUFFIX = ".recovery.jsonl"
+#: Longest encoded id used as it is; file names stop at 255 bytes, and suffixes follow.
+_MAX_NAME = 160
 _CLAIMED = ".importing"
 
 
 def spool_path(session_id: str, directory: Path | None = None) -> Path:
     """The spool file of a session. The id is percent-encoded, so no id
-    (``../x``, ``a/b``, ``\\0``) can name a file outside the directory."""
-    name = quote(session_id, safe="") or "%00empty"
+    (``../x``, ``a/b``, ``\\0``) can name a file outside the directory. An id too long for a
+    file name is shortened and made unique with its hash (the records inside carry the
+    whole id)."""
+    # "%%" never occurs in quote()'s output, so these names cannot collide with an id's.
+    name = quote(session_id.encode("utf-8", "surrogatepass"), safe="") or "%%empty"
     if name.startswith("."):
         name = "%2E" + name[1:]
+    if len(name) > _MAX_NAME:
+        digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        name = f"{name[:96]}%%{digest}"
     return (directory or recovery_dir()) / f"{name}{_SUFFIX}"
 
 
@@ -134,8 +142,8 @@ def _import_file(db: SessionDB, claimed: Path) -> int:
         data = claimed.read_bytes()
     except FileNotFoundError:
         return 0  # nothing claimed, or another process finished it
-    session_id = _session_of(claimed)
-    source, messages, rejected = _parse_spool(data)
+    session_id, source, messages, rejected = _parse_spool(data)
+    session_id = session_id or _session_of(claimed)
     if rejected:
         _keep_rejected(claimed, rejected)
     written = 0
@@ -147,9 +155,10 @@ def _import_file(db: SessionDB, claimed: Path) -> int:
     return written
 
 
-def _parse_spool(data: bytes) -> tuple[str, list[dict[str, Any]], list[bytes]]:
-    """The source, the messages, and the raw lines that hold no message (a line torn
-    by a crash mid-write, or a file edited by hand)."""
+def _parse_spool(data: bytes) -> tuple[str | None, str, list[dict[str, Any]], list[bytes]]:
+    """The session id and source the records name, the messages, and the raw lines that
+    hold no message (a line torn by a crash mid-write, or a file edited by hand)."""
+    session_id: str | None = None
     source = "unknown"
     messages: list[dict[str, Any]] = []
     rejected: list[bytes] = []
@@ -165,8 +174,10 @@ def _parse_spool(data: bytes) -> tuple[str, list[dict[str, Any]], list[bytes]]:
             continue
         if isinstance(record.get("source"), str):
             source = record["source"]
+        if session_id is None and isinstance(record.get("session_id"), str):
+            session_id = record["session_id"]
         messages.append(record["message"])
-    return source, messages, rejected
+    return session_id, source, messages, rejected
 
 
 def _keep_rejected(claimed: Path, lines: list[bytes]) -> None:

@@ -11,7 +11,9 @@
 //! checked by comparing pointers, so a no-op re-flush of a long transcript
 //! costs a pointer sweep, not a hash lookup per message. When the list was
 //! replaced or compacted, everything is re-checked by identity and objects
-//! no longer in the list are released, so memory tracks the live list.
+//! no longer in the list are released, so memory tracks the live list
+//! (the last 1,024 released stay recognised, so a dict popped and put back
+//! is not written twice).
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -69,7 +71,16 @@ pub struct Tracker {
     snapshot: Vec<Py<PyAny>>,
     /// Dicts known to be in the database, keyed by address, kept alive.
     persisted: AddressMap<Py<PyAny>>,
+    /// Persisted dicts that left the live list most recently, oldest first,
+    /// still kept alive and recognised: a dict popped and put back (a
+    /// repair step, a retry) is not written twice. Bounded, so replacing
+    /// the list still releases memory.
+    retired: std::collections::VecDeque<Py<PyAny>>,
+    retired_addresses: AddressSet,
 }
+
+/// How many released dicts stay recognised.
+const RETIRED_CAPACITY: usize = 1024;
 
 /// What a flush must write, and how the tracker changes if it succeeds.
 pub struct Plan<'py> {
@@ -106,6 +117,8 @@ impl Tracker {
             self.session_id = Some(session_id.to_owned());
             self.snapshot.clear();
             self.persisted.clear();
+            self.retired.clear();
+            self.retired_addresses.clear();
         }
     }
 
@@ -144,6 +157,11 @@ impl Tracker {
             };
             let addr = address(item);
             if self.persisted.contains_key(&addr) || seen_new.contains(&addr) {
+                continue;
+            }
+            if self.retired_addresses.contains(&addr) {
+                seen_new.insert(addr);
+                already.push(item.clone());
                 continue;
             }
             let in_history = known.history.is_some_and(|h| {
@@ -188,7 +206,10 @@ impl Tracker {
                     kept.insert(addr, obj);
                 }
             }
-            self.persisted = kept;
+            let released = std::mem::replace(&mut self.persisted, kept);
+            for (addr, obj) in released {
+                self.retire(addr, obj);
+            }
             self.snapshot = plan.scanned.into_iter().map(Bound::unbind).collect();
         } else {
             for obj in remember {
@@ -196,6 +217,17 @@ impl Tracker {
             }
             self.snapshot
                 .extend(plan.scanned.into_iter().map(Bound::unbind));
+        }
+    }
+
+    fn retire(&mut self, addr: usize, obj: Py<PyAny>) {
+        if self.retired_addresses.insert(addr) {
+            self.retired.push_back(obj);
+        }
+        if self.retired.len() > RETIRED_CAPACITY {
+            if let Some(oldest) = self.retired.pop_front() {
+                self.retired_addresses.remove(&(oldest.as_ptr() as usize));
+            }
         }
     }
 }

@@ -37,6 +37,18 @@ def test_tool_tail_gets_the_ignore_note() -> None:
     assert "Ignore the pending tool outputs" in resume.TOOL_TAIL_NOTE
 
 
+def test_a_transcript_cut_off_mid_turn_gets_a_note_without_any_flag() -> None:
+    """A crash leaves no resume flag when the turn outlived the boot check's window."""
+    now = time.time()
+    unanswered_calls = [{"role": "user", "content": "x"},
+                        {"role": "assistant", "content": "", "timestamp": now,
+                         "tool_calls": [{"id": "c1", "function": {"name": "t", "arguments": "{}"}}]}]
+    assert resume.annotate("hi", _entry(), unanswered_calls, 3600).startswith(resume.TOOL_TAIL_NOTE)
+    # A user message at the end is simply answered: a crash or another writer may have left it.
+    assert resume.annotate("hi", _entry(), [{"role": "user", "content": "x", "timestamp": now}],
+                           3600) == "hi"
+
+
 def test_stale_interruptions_and_plain_history_get_no_note() -> None:
     old = time.time() - 7200
     tail = [{"role": "tool", "content": "out", "timestamp": old}]

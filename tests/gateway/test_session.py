@@ -131,10 +131,10 @@ async def test_async_facade_uses_the_store_assigned_now() -> None:
     facade = AsyncSessionStore(lambda: holder.store)
     holder.store = MagicMock()
     holder.store.load_transcript.return_value = ["first"]
-    assert await facade.load_transcript("s") == ["first"]
+    assert await facade.call(lambda store: store.load_transcript("s")) == ["first"]
     holder.store = MagicMock()
     holder.store.load_transcript.return_value = ["second"]
-    assert await facade.load_transcript("s") == ["second"]
+    assert await facade.call(lambda store: store.load_transcript("s")) == ["second"]
 
 
 def test_foreign_and_broken_routing_entries_do_not_break_routing(db: SessionDB) -> None:

@@ -32,5 +32,5 @@ async def execute(runner: GatewayRunner, command: Command, session_key: str) -> 
     stopped = runner._interrupt_session(session_key, f"/{command.value} from the user")
     if command is Command.STOP:
         return "Stopped the running turn." if stopped else "Nothing is running right now."
-    await runner.async_session_store.reset_session(session_key)
+    await runner.async_session_store.call(lambda store: store.reset_session(session_key))
     return "Started a new conversation."

@@ -6,7 +6,10 @@ Two signals say a turn was cut off:
   conversation with a running turn (before draining, so a crash during the drain still leaves
   it), and at boot for recently active conversations when the previous process did not write
   ``.clean_shutdown``;
-* the transcript ends in a tool result: the model never saw that output.
+* the transcript ends in the middle of a tool round: in a tool result the model never saw, or
+  in tool calls that got no result (a crash can cut a turn off without any flag, e.g. a turn
+  running longer than the boot check's window). A transcript ending in a user message gets no
+  note: answering it is right whether a crash or another writer (a cron job) left it there.
 
 The next message of such a conversation gets a system note in front of it, so the model
 neither silently continues stale work nor re-runs tool calls with side effects. Notes are
@@ -69,9 +72,18 @@ def annotate(
     if entry.resume_pending and (_is_fresh(entry.last_resume_marked_at, freshness, now)
                                  or _is_fresh(last_row, freshness, now)):
         return f"{resume_note(entry.resume_reason)}\n\n{message}"
-    if history and history[-1].get("role") == "tool" and _is_fresh(last_row, freshness, now):
-        return f"{TOOL_TAIL_NOTE}\n\n{message}"
+    note = _cut_off_note(history[-1]) if history else None
+    if note is not None and _is_fresh(last_row, freshness, now):
+        return f"{note}\n\n{message}"
     return message
+
+
+def _cut_off_note(last: Mapping[str, Any]) -> str | None:
+    """The note for a transcript whose last row shows a tool round did not finish."""
+    role = last.get("role")
+    if role == "tool" or (role == "assistant" and last.get("tool_calls")):
+        return TOOL_TAIL_NOTE
+    return None
 
 
 def turn_completed(result: Mapping[str, Any]) -> bool:
@@ -93,4 +105,4 @@ async def mark_if_unclean_boot(store: AsyncSessionStore, home: Path, window: flo
     if marker.exists():
         marker.unlink()
         return 0
-    return await store.mark_recently_active_resume_pending(window)
+    return await store.call(lambda s: s.mark_recently_active_resume_pending(window))

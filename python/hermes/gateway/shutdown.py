@@ -74,13 +74,13 @@ async def stop(runner: GatewayRunner) -> bool:
 
     store = runner.async_session_store
     marked = [key for key in running
-              if await bounded(store.mark_resume_pending(key, "shutdown_timeout"),
+              if await bounded(store.call(lambda s: s.mark_resume_pending(key, "shutdown_timeout")),
                                config.cleanup_timeout, f"marking {key} resume_pending")]
     phase("draining running turns")
     drained = await _wait_idle(runner, config.drain_timeout)
     if drained:
         for key in marked:
-            await bounded(store.clear_resume_pending(key), config.cleanup_timeout,
+            await bounded(store.call(lambda s: s.clear_resume_pending(key)), config.cleanup_timeout,
                           f"clearing the resume mark of {key}")
     else:
         phase(f"drain timed out; interrupting {len(runner._running_agents)} turn(s)")

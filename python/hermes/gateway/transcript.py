@@ -12,6 +12,9 @@ is written twice. The gateway itself writes two things to the database:
 
 The count re-baseline of the agent cache must come after all of these writes (the runner
 does it after ``write_turn`` returns): the ``session_meta`` row, too, moves ``message_count``.
+
+``write_turn`` is synchronous: the turn pipeline runs it, with the routing update that follows,
+in one worker thread (``AsyncSessionStore.call``), so a turn's writes cost one thread hop.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hermes.gateway.platforms.base import MessageEvent
-from hermes.gateway.session import AsyncSessionStore
+from hermes.gateway.session import SessionStore
 
 
 def _new_messages(result: Mapping[str, Any], event: MessageEvent,
@@ -50,8 +53,8 @@ def _tool_names(tools: Sequence[Any]) -> list[str]:
     return names
 
 
-async def write_turn(
-    store: AsyncSessionStore,
+def write_turn(
+    store: SessionStore,
     session_id: str,
     event: MessageEvent,
     *,
@@ -64,7 +67,7 @@ async def write_turn(
     if first_turn:
         # The description goes in ``content`` (stored as JSON, read back as a dict): the
         # messages table has no columns of its own for it.
-        await store.append_to_transcript(session_id, {
+        store.append_to_transcript(session_id, {
             "role": "session_meta",
             "content": {
                 "tools": _tool_names(result.get("tools") or []),
@@ -78,10 +81,10 @@ async def write_turn(
     if not skip_db and event.message_id:
         first_user = next((m for m in new if m.get("role") == "user"), None)
         if first_user is not None:
-            if await store.has_platform_message_id(session_id, event.message_id):
+            if store.has_platform_message_id(session_id, event.message_id):
                 new.remove(first_user)  # a redelivery: the message is already stored
             else:
                 first_user.setdefault("platform_message_id", event.message_id)
     for message in new:
         message.setdefault("timestamp", now)
-        await store.append_to_transcript(session_id, message, skip_db=skip_db)
+        store.append_to_transcript(session_id, message, skip_db=skip_db)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from hermes.gateway import busy, commands, resume, transcript
 from hermes.gateway.platforms.base import MessageEvent
-from hermes.gateway.session import SessionSource
+from hermes.gateway.session import SessionEntry, SessionSource, SessionStore
 
 if TYPE_CHECKING:
     from hermes.gateway.run import GatewayRunner
@@ -86,13 +86,30 @@ async def run_turn(runner: GatewayRunner, event: MessageEvent, session_key: str)
         return FAILURE_NOTICE
 
 
+def _open_turn(store: SessionStore, source: SessionSource) -> tuple[SessionEntry,
+                                                                    list[dict[str, Any]]]:
+    entry = store.get_or_create_session(source)
+    return entry, store.load_transcript(entry.session_id)
+
+
+def _close_turn(store: SessionStore, entry: SessionEntry, session_key: str, event: MessageEvent,
+                needs_meta: bool, history_len: int, result: dict[str, Any]) -> None:
+    """Every write of a finished turn; the cache re-baseline must follow all of them."""
+    transcript.write_turn(store, entry.session_id, event, first_turn=needs_meta,
+                          history_len=history_len, result=result)
+    store.update_session(session_key, last_prompt_tokens=int(result.get("last_prompt_tokens") or 0))
+    if entry.resume_pending and resume.turn_completed(result):
+        store.clear_resume_pending(session_key)
+
+
 async def handle_with_agent(runner: GatewayRunner, event: MessageEvent, source: SessionSource,
                             session_key: str, run_generation: int) -> str | None:
     store = runner.async_session_store
-    entry = await store.get_or_create_session(source)
-    history = await store.load_transcript(entry.session_id)
+    entry, history = await store.call(_open_turn, source)
     # Marker rows describe the transcript; they are not conversation for the model.
     agent_history = [m for m in history if m.get("role") != "session_meta"]
+    # A first turn that died before its end never wrote its marker: the next one does.
+    needs_meta = len(agent_history) == len(history)
     message = resume.annotate(event.text, entry, agent_history, runner.config.resume_freshness)
     context: dict[str, Any] = {
         "platform": source.platform.value, "user_id": source.user_id,
@@ -109,12 +126,8 @@ async def handle_with_agent(runner: GatewayRunner, event: MessageEvent, source: 
     if not runner._is_session_run_current(session_key, run_generation):
         logger.info("dropping the result of a disowned turn of %s", session_key)
         return None
-    await transcript.write_turn(store, entry.session_id, event, first_turn=not history,
-                                history_len=len(agent_history), result=result)
-    await store.update_session(session_key,
-                               last_prompt_tokens=int(result.get("last_prompt_tokens") or 0))
-    if entry.resume_pending and resume.turn_completed(result):
-        await store.clear_resume_pending(session_key)
+    await store.call(_close_turn, entry, session_key, event, needs_meta, len(agent_history),
+                     result)
     await runner._refresh_agent_cache_message_count(session_key, entry.session_id)
     reply = result.get("final_response")
     await runner.hooks.emit("agent:end", {**context, "response": reply,

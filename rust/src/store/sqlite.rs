@@ -82,6 +82,14 @@ struct IndexPlan {
     tables: Vec<&'static str>,
 }
 
+/// Why an attempt at a batch failed.
+enum Failure {
+    /// One job's own error (at this index into the batch): retry without it.
+    Job(usize, Error),
+    /// Busy, I/O, disk full...: the whole attempt failed.
+    Batch(Error),
+}
+
 /// `sessions` columns only the store itself writes: the key, and the
 /// counters of the SPEC §3 invariant (`message_count` = active rows).
 const MAINTAINED_COLUMNS: [&str; 3] = ["id", "message_count", "tool_call_count"];
@@ -255,9 +263,11 @@ impl SqliteBackend {
         })
     }
 
+    /// A connection to the file, which must exist: only `open` creates it
+    /// (with mode 0600), so a file deleted under us is not silently recreated
+    /// world-readable and empty by a later reader.
     fn connect(path: &Path, sync: Synchronous) -> Result<Connection> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
             | OpenFlags::SQLITE_OPEN_URI;
         let conn = Connection::open_with_flags(path, flags).at(path)?;
@@ -334,38 +344,68 @@ impl SqliteBackend {
     }
 
     /// Commits one batch: every job in one `BEGIN IMMEDIATE` transaction.
+    ///
+    /// No savepoint per job: FTS5 writes its pending index data out as a new
+    /// segment at every savepoint, so savepoints would cost a segment (and
+    /// merge work) per job. Instead a job that fails for its own reasons
+    /// (unknown session, constraint) rolls the attempt back and the batch is
+    /// retried at once without it; that job alone gets the error.
     fn commit_batch(&self, jobs: &[WriteOp]) -> Vec<Result<WriteOut>> {
-        let fail_all = |e: &Error| jobs.iter().map(|_| Err(e.clone())).collect();
+        let mut results: Vec<Option<Result<WriteOut>>> = jobs.iter().map(|_| None).collect();
+        let fail_rest = |results: &mut Vec<Option<Result<WriteOut>>>, e: &Error| {
+            results
+                .iter_mut()
+                .filter(|r| r.is_none())
+                .for_each(|r| *r = Some(Err(e.clone())));
+        };
         if let Err(e) = self.ensure_open().and_then(|_| self.ensure_same_file()) {
-            return fail_all(&e);
+            fail_rest(&mut results, &e);
+            return results.into_iter().flatten().collect();
         }
         let mut writer = lock(&self.writer);
-        let Some(writer) = writer.as_mut() else {
-            return fail_all(&Error::Closed {
-                path: self.path.clone(),
-            });
+        let Some(Writer { conn, index, .. }) = writer.as_mut() else {
+            fail_rest(
+                &mut results,
+                &Error::Closed {
+                    path: self.path.clone(),
+                },
+            );
+            return results.into_iter().flatten().collect();
         };
-        let Writer { conn, index, .. } = writer;
         let deadline = Instant::now() + self.options.busy_budget;
         let mut pause_ms = 2u64;
         loop {
-            match self.try_commit(conn, index, jobs) {
-                Ok(results) => {
-                    self.count_own_appends(jobs, &results);
-                    return results;
+            let active: Vec<usize> = (0..jobs.len()).filter(|&i| results[i].is_none()).collect();
+            if active.is_empty() {
+                break;
+            }
+            match self.try_commit(conn, index, jobs, &active) {
+                Ok(outs) => {
+                    for (i, out) in active.into_iter().zip(outs) {
+                        results[i] = Some(Ok(out));
+                    }
+                    break;
                 }
-                Err(e) => {
+                Err(Failure::Job(i, e)) => {
+                    let _ = conn.execute_batch("ROLLBACK");
+                    results[i] = Some(Err(e));
+                }
+                Err(Failure::Batch(e)) => {
                     if !conn.is_autocommit() {
                         let _ = conn.execute_batch("ROLLBACK");
                     }
                     if !(e.is_busy() && Instant::now() < deadline) {
-                        return fail_all(&e);
+                        fail_rest(&mut results, &e);
+                        break;
                     }
                     std::thread::sleep(Duration::from_millis(fastrand::u64(1..=pause_ms)));
                     pause_ms = (pause_ms * 2).min(100);
                 }
             }
         }
+        let results: Vec<Result<WriteOut>> = results.into_iter().flatten().collect();
+        self.count_own_appends(jobs, &results);
+        results
     }
 
     fn count_own_appends(&self, jobs: &[WriteOp], results: &[Result<WriteOut>]) {
@@ -377,49 +417,46 @@ impl SqliteBackend {
         }
     }
 
-    /// One attempt at a batch. A job that fails for its own reasons (unknown
-    /// session, constraint) is rolled back to its savepoint and reported to
-    /// its caller alone; busy and I/O failures abort the whole attempt.
+    /// One attempt at the jobs `active` (indices into `jobs`), with the
+    /// batch's new messages indexed by one statement at the end.
     fn try_commit(
         &self,
         conn: &Connection,
         index: &mut IndexPlan,
         jobs: &[WriteOp],
-    ) -> Result<Vec<Result<WriteOut>>> {
+        active: &[usize],
+    ) -> std::result::Result<Vec<WriteOut>, Failure> {
         let path = &self.path;
-        conn.execute_batch("BEGIN IMMEDIATE").at(path)?;
-        index.refresh(conn).at(path)?;
-        let isolate = jobs.len() > 1;
-        let mut results = Vec::with_capacity(jobs.len());
-        for job in jobs {
-            if isolate {
-                conn.execute_batch("SAVEPOINT job").at(path)?;
-            }
-            match self.apply(conn, index, job) {
+        let batch = |e: rusqlite::Error| Failure::Batch(Error::sqlite(path, e));
+        conn.execute_batch("BEGIN IMMEDIATE").map_err(batch)?;
+        index.refresh(conn).map_err(batch)?;
+        let mut outs = Vec::with_capacity(active.len());
+        let mut new_ids: Option<(i64, i64)> = None;
+        for &i in active {
+            match self.apply(conn, &jobs[i]) {
                 Ok(out) => {
-                    if isolate {
-                        conn.execute_batch("RELEASE job").at(path)?;
+                    if let WriteOut::Ids(ids) = &out {
+                        if let (Some(&first), Some(&last)) = (ids.first(), ids.last()) {
+                            let start = new_ids.map_or(first, |(start, _)| start);
+                            new_ids = Some((start, last));
+                        }
                     }
-                    results.push(Ok(out));
+                    outs.push(out);
                 }
-                Err(e) if e.is_whole_batch_failure() => return Err(e),
-                Err(e) if isolate => {
-                    conn.execute_batch("ROLLBACK TO job; RELEASE job")
-                        .at(path)?;
-                    results.push(Err(e));
-                }
-                Err(e) => {
-                    // The only job failed: none of its partial work may commit.
-                    conn.execute_batch("ROLLBACK").at(path)?;
-                    return Ok(vec![Err(e)]);
-                }
+                Err(e) if e.is_whole_batch_failure() => return Err(Failure::Batch(e)),
+                Err(e) => return Err(Failure::Job(i, e)),
             }
         }
-        conn.execute_batch("COMMIT").at(path)?;
-        Ok(results)
+        // The ids are one contiguous run: this connection held the write
+        // lock while it inserted every one of them.
+        if let Some((first, last)) = new_ids {
+            index.index_rows(conn, first, last).map_err(batch)?;
+        }
+        conn.execute_batch("COMMIT").map_err(batch)?;
+        Ok(outs)
     }
 
-    fn apply(&self, conn: &Connection, index: &IndexPlan, op: &WriteOp) -> Result<WriteOut> {
+    fn apply(&self, conn: &Connection, op: &WriteOp) -> Result<WriteOut> {
         let path = &self.path;
         match op {
             WriteOp::CreateSession {
@@ -428,7 +465,8 @@ impl SqliteBackend {
                 started_at,
                 columns,
             } => {
-                let mut names = vec!["id", "source", "started_at"];
+                let mut names: Vec<String> =
+                    vec!["id".into(), "source".into(), "started_at".into()];
                 let mut values: Vec<&Value> = Vec::with_capacity(columns.len());
                 let (id_v, source_v, started_v) = (
                     Value::Text(id.clone()),
@@ -478,8 +516,7 @@ impl SqliteBackend {
                         .and_then(|mut s| s.execute(params![key, crate::model::now().to_string()]))
                         .at(path)?;
                 }
-                self.append_rows(conn, index, session_id, rows)
-                    .map(WriteOut::Ids)
+                self.append_rows(conn, session_id, rows).map(WriteOut::Ids)
             }
             WriteOp::UpdateSession { id, columns } => {
                 if columns.is_empty() {
@@ -550,22 +587,6 @@ impl SqliteBackend {
     fn append_rows(
         &self,
         conn: &Connection,
-        index: &IndexPlan,
-        session_id: &str,
-        rows: &[NewMessage],
-    ) -> Result<Vec<i64>> {
-        self.append_rows_unindexed(conn, session_id, rows)
-            .and_then(|ids| {
-                if let (Some(first), Some(last)) = (ids.first(), ids.last()) {
-                    index.index_rows(conn, *first, *last).at(&self.path)?;
-                }
-                Ok(ids)
-            })
-    }
-
-    fn append_rows_unindexed(
-        &self,
-        conn: &Connection,
         session_id: &str,
         rows: &[NewMessage],
     ) -> Result<Vec<i64>> {
@@ -629,7 +650,10 @@ impl SqliteBackend {
         ])
     }
 
-    fn checked_column<'a>(&self, name: &'a str) -> Result<&'a str> {
+    /// `name` as a quoted SQL identifier, if it is a column one may set.
+    /// Quoted even though it is a real column: a crafted file can declare
+    /// a column whose name is SQL.
+    fn checked_column(&self, name: &str) -> Result<String> {
         if MAINTAINED_COLUMNS.contains(&name) {
             Err(Error::Config(format!(
                 "{}: sessions.{name} is managed by hermes (the id is the key, the counters \
@@ -637,7 +661,7 @@ impl SqliteBackend {
                 self.path.display()
             )))
         } else if self.session_columns.iter().any(|c| c == name) {
-            Ok(name)
+            Ok(format!("\"{}\"", name.replace('"', "\"\"")))
         } else {
             Err(Error::Config(format!(
                 "{}: sessions has no column {name:?}; valid columns: {}",
@@ -774,13 +798,19 @@ impl Backend for SqliteBackend {
             )
         });
         // A query FTS5 cannot parse fails with SQLite's generic error code;
-        // every storage failure has a code of its own.
-        out?.map_err(|e| match e.sqlite_error_code() {
-            Some(rusqlite::ErrorCode::Unknown) => Error::BadQuery {
-                query: query.to_owned(),
-                detail: e.to_string(),
-            },
-            _ => Error::sqlite(&self.path, e),
+        // storage failures have codes of their own, except a damaged schema
+        // ("no such table"), which is not the query's fault either.
+        out?.map_err(|e| {
+            let generic = e.sqlite_error_code() == Some(rusqlite::ErrorCode::Unknown);
+            let text = e.to_string();
+            if generic && !text.contains("no such table") && !text.contains("no such module") {
+                Error::BadQuery {
+                    query: query.to_owned(),
+                    detail: text,
+                }
+            } else {
+                Error::sqlite(&self.path, e)
+            }
         })
     }
 
@@ -928,6 +958,30 @@ mod tests {
             .unwrap();
         assert_eq!(texts.len(), 2);
         assert_eq!(texts[0], texts[1]);
+    }
+
+    #[test]
+    fn a_failing_job_is_dropped_from_its_batch_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        create(&db, "a");
+        create(&db, "b");
+        let job = |sid: &str| WriteOp::Append {
+            session_id: sid.into(),
+            rows: vec![NewMessage::text("user", "x", 1.0)],
+            once_key: None,
+        };
+        let results = db.commit_batch(&[job("a"), job("missing"), job("b")]);
+        assert!(matches!(results[0], Ok(WriteOut::Ids(ref ids)) if ids.len() == 1));
+        assert!(matches!(results[1], Err(Error::SessionNotFound { .. })));
+        assert!(matches!(results[2], Ok(WriteOut::Ids(ref ids)) if ids.len() == 1));
+        assert_eq!(db.message_count("a").unwrap(), Some(1));
+        assert_eq!(db.message_count("b").unwrap(), Some(1));
+        let indexed: i64 = db
+            .read(|c| c.query_row("SELECT COUNT(*) FROM messages_fts", [], |r| r.get(0)))
+            .unwrap();
+        assert_eq!(indexed, 2);
+        assert_eq!((db.own_appends("a"), db.own_appends("missing")), (1, 0));
     }
 
     #[test]

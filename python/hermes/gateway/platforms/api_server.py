@@ -158,6 +158,10 @@ def parse_chat_request(
     user = body.get("user")
     if user is not None and not isinstance(user, str):
         raise RequestError(400, "'user' must be a string", param="user")
+    if user is not None:
+        # It becomes part of the conversation's routing key, which must be valid UTF-8;
+        # lone surrogates (a broken client's escapes) are replaced.
+        user = user.encode("utf-8", "replace").decode("utf-8")
 
     messages = body.get("messages")
     if messages is None:
@@ -355,6 +359,8 @@ class APIServerAdapter(BasePlatformAdapter):
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise RequestError(400, f"the request body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise RequestError(400, "the request body nests JSON too deeply") from None
         chat = parse_chat_request(body, request.headers, self.models)
         event = MessageEvent(
             text=chat.text,
