@@ -365,7 +365,9 @@ def _sessions_export(args: argparse.Namespace) -> int:
     if args.output is None:
         _write(sys.stdout, lines, len(messages), show_progress=False)
         return 0
-    with open(args.output, "w", encoding="utf-8") as out:
+    # A transcript is as private as the database it came from: 0600, like state.db.
+    descriptor = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(descriptor, "w", encoding="utf-8") as out:
         _write(out, lines, len(messages), show_progress=len(messages) >= _PROGRESS_THRESHOLD)
     Console(stderr=True).print(f"wrote {len(messages)} messages to {args.output}")
     return 0

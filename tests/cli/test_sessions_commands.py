@@ -118,6 +118,7 @@ def test_export_markdown_to_a_file(db_path: Path, tmp_path: Path,
                        str(target))
     assert code == 0
     assert f"wrote 5 messages to {target}" in err
+    assert target.stat().st_mode & 0o777 == 0o600  # as private as state.db
     text = target.read_text()
     assert text.startswith("# Session s-api\n")
     assert "- **source**: api_server" in text

@@ -19,12 +19,16 @@ in one worker thread (``AsyncSessionStore.call``), so a turn's writes cost one t
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hermes.errors import HermesError
 from hermes.gateway.platforms.base import MessageEvent
 from hermes.gateway.session import SessionStore
+
+logger = logging.getLogger(__name__)
 
 
 def _new_messages(result: Mapping[str, Any], event: MessageEvent,
@@ -67,7 +71,7 @@ def write_turn(
     if first_turn:
         # The description goes in ``content`` (stored as JSON, read back as a dict): the
         # messages table has no columns of its own for it.
-        store.append_to_transcript(session_id, {
+        meta = {
             "role": "session_meta",
             "content": {
                 "tools": _tool_names(result.get("tools") or []),
@@ -75,7 +79,12 @@ def write_turn(
                 "platform": event.source.platform.value,
             },
             "timestamp": now,
-        })
+        }
+        try:
+            store.append_to_transcript(session_id, meta)
+        except HermesError as exc:
+            # A description, not conversation: the next turn writes it (it finds none).
+            logger.warning("could not write the session_meta row of %s: %s", session_id, exc)
     skip_db = bool(result.get("agent_persisted", True))
     new = _new_messages(result, event, history_len)
     if not skip_db and event.message_id:

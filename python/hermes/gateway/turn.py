@@ -20,6 +20,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from hermes.errors import HermesError
 from hermes.gateway import busy, commands, resume, transcript
 from hermes.gateway.platforms.base import MessageEvent
 from hermes.gateway.session import SessionEntry, SessionSource, SessionStore
@@ -97,9 +98,16 @@ def _close_turn(store: SessionStore, entry: SessionEntry, session_key: str, even
     """Every write of a finished turn; the cache re-baseline must follow all of them."""
     transcript.write_turn(store, entry.session_id, event, first_turn=needs_meta,
                           history_len=history_len, result=result)
-    store.update_session(session_key, last_prompt_tokens=int(result.get("last_prompt_tokens") or 0))
-    if entry.resume_pending and resume.turn_completed(result):
-        store.clear_resume_pending(session_key)
+    try:
+        store.update_session(session_key,
+                             last_prompt_tokens=int(result.get("last_prompt_tokens") or 0))
+        if entry.resume_pending and resume.turn_completed(result):
+            store.clear_resume_pending(session_key)
+    except HermesError as exc:
+        # Bookkeeping only: the turn's messages are stored (or spooled) and the user gets the
+        # answer; the routing entry catches up on the next turn.
+        logger.warning("could not update the routing entry of %s after its turn: %s",
+                       session_key, exc)
 
 
 async def handle_with_agent(runner: GatewayRunner, event: MessageEvent, source: SessionSource,
