@@ -1,0 +1,26 @@
+# Benchmarks and the peer venv. See BENCHMARKS.md and benches/run.py.
+#   HERMES_PYTHON   interpreter with hermes installed (default: python3)
+HERMES_PYTHON ?= python3
+PEERS_PYTHON  := benches/.peers/venv/bin/python
+
+.PHONY: peers bench bench-quick bench-report interop
+
+# The peers' own venv: hermes-agent 0.19.0, openai-agents, langgraph-checkpoint-sqlite, matplotlib.
+peers:
+	bash benches/setup_peers.sh
+
+# Full run (3 rounds, FULL and NORMAL): benches/results/*.json, BENCHMARKS.md, benches/plots/*.png.
+bench: peers
+	$(HERMES_PYTHON) benches/run.py
+
+# Small sizes, 1 round (< 3 minutes): benches/results/latest-quick.{json,md}.
+bench-quick: peers
+	$(HERMES_PYTHON) benches/run.py --quick
+
+# Re-render BENCHMARKS.md and the plots from the latest full results file.
+bench-report:
+	$(PEERS_PYTHON) benches/report.py benches/results/latest.json
+
+# The interop tests against the real hermes-agent 0.19.0.
+interop: peers
+	cd tests && $(HERMES_PYTHON) -m pytest -q -p no:cacheprovider --rootdir .. -c ../pyproject.toml interop

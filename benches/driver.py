@@ -1,0 +1,689 @@
+"""Runs the benchmark workloads against ONE system, in this interpreter.
+
+``benches/run.py`` keeps one serving process per system (``hermes`` in our
+interpreter, the peers in the peer venv) and sends it one workload at a
+time, so that all systems run each workload back to back, round after round.
+
+    python benches/driver.py SYSTEM SYNC CONFIG_JSON OUT_JSON   # every workload of CONFIG
+    python benches/driver.py --serve SYSTEM CONFIG_JSON           # one workload per stdin line
+
+SYSTEM is ``hermes`` (ours), ``upstream`` (hermes-agent 0.19.0), ``openai``
+(OpenAI Agents SDK ``SQLiteSession``) or ``langgraph`` (``SqliteSaver``).
+Every system gets the same messages (``benches/workload.py``), a fresh file
+per workload, WAL, and ``PRAGMA synchronous`` = SYNC on every connection
+that writes. Raw samples (nanoseconds) are written; ``run.py`` computes the
+statistics the same way for all.
+
+Each system is driven the way its users drive it:
+
+* ``hermes``: ``hermes.agent.AIAgent._flush_messages_to_session_db(live)`` on
+  an ``object.__new__`` agent over ``hermes.state.SessionDB(path, synchronous=SYNC)``;
+* ``upstream``: ``run_agent.AIAgent._flush_messages_to_session_db(live)`` on
+  an ``object.__new__`` agent over its ``hermes_state.SessionDB``, whose
+  connection gets ``PRAGMA synchronous=SYNC``;
+* ``openai``: ``await SQLiteSession.add_items(new)`` (file-backed), every
+  thread-local connection with ``PRAGMA synchronous=SYNC``;
+* ``langgraph``: ``SqliteSaver.put(...)`` of a checkpoint whose state is the
+  ``messages`` list (the whole list, as a messages state is stored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import workload  # noqa: E402
+
+ns = time.perf_counter_ns
+
+
+class Unsupported(Exception):
+    """The system has no API for this workload."""
+
+
+# -- systems -----------------------------------------------------------------
+
+
+class System:
+    """One open store. ``conversation(sid)`` returns a Conversation."""
+
+    name = "?"
+
+    def __init__(self, path: Path, sync: str) -> None:
+        self.path = path
+        self.sync = sync
+
+    def conversation(self, sid: str) -> "Conversation":
+        raise NotImplementedError
+
+    def load(self, sid: str) -> list[Any]:
+        raise NotImplementedError
+
+    def count(self, sid: str) -> int:
+        raise Unsupported
+
+    table = "messages"
+    seed_whole = False
+
+    def finish(self, sids: list[str]) -> int:
+        """Closes the store, then counts the rows stored for ``sids`` (a check
+        that every write landed). Counted after closing: the stdlib sqlite3 is
+        a second SQLite in our process, and two copies must not share an open
+        file (their POSIX locks do not see each other)."""
+        self.close()
+        return sum(
+            _sqlite_rows(self.path, f"SELECT COUNT(*) FROM {self.table} WHERE session_id = ?", sid)
+            for sid in sids
+        )
+
+    def fast(self) -> "_Fast":
+        """A context in which writes need not be durable (unmeasured seeding)."""
+        return _Fast(None)
+
+    def close(self) -> None:
+        pass
+
+
+class _Fast:
+    def __init__(self, set_sync: Callable[[str], None] | None, restore: str = "FULL") -> None:
+        self.set_sync, self.restore = set_sync, restore
+
+    def __enter__(self) -> None:
+        if self.set_sync:
+            self.set_sync("OFF")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.set_sync:
+            self.set_sync(self.restore)
+
+
+class Conversation:
+    """One conversation's writer: ``flush(live, new)`` persists a turn."""
+
+    def flush(self, live: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
+        raise NotImplementedError
+
+
+def _sqlite_rows(path: Path, sql: str, *args: Any) -> int:
+    import sqlite3
+
+    conn = sqlite3.connect(str(path))
+    try:
+        return int(conn.execute(sql, args).fetchone()[0])
+    finally:
+        conn.close()
+
+
+class Hermes(System):
+    name = "hermes"
+
+    def __init__(self, path: Path, sync: str) -> None:
+        super().__init__(path, sync)
+        from hermes.state import SessionDB
+
+        self.db = SessionDB(path, synchronous=sync)  # type: ignore[arg-type]
+
+    def conversation(self, sid: str) -> Conversation:
+        from hermes.agent import AIAgent
+
+        self.db.create_session(sid, "cli")
+        agent = object.__new__(AIAgent)
+        agent._session_db = self.db
+        agent._session_db_created = True
+        agent.session_id = sid
+        agent.platform = "cli"
+        return _AgentConversation(agent)
+
+    def load(self, sid: str) -> list[Any]:
+        return self.db.get_messages_as_conversation(sid)
+
+    def count(self, sid: str) -> int:
+        return self.db.message_count(sid)  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class _AgentConversation(Conversation):
+    def __init__(self, agent: Any) -> None:
+        self.agent = agent
+
+    def flush(self, live: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
+        if self.agent._flush_messages_to_session_db(live) is False:
+            raise RuntimeError("flush returned False")
+
+
+class Upstream(System):
+    name = "upstream"
+
+    def __init__(self, path: Path, sync: str) -> None:
+        super().__init__(path, sync)
+        import hermes_state
+
+        self.db = hermes_state.SessionDB(path)
+        self._set_sync(sync)
+
+    def _set_sync(self, level: str) -> None:
+        with self.db._lock:
+            self.db._conn.execute(f"PRAGMA synchronous={level}")
+
+    def fast(self) -> _Fast:
+        return _Fast(self._set_sync, self.sync)
+
+    def conversation(self, sid: str) -> Conversation:
+        import run_agent
+
+        self.db.create_session(sid, "cli")
+        agent = object.__new__(run_agent.AIAgent)
+        agent._session_db = self.db
+        agent._session_db_created = True
+        agent.session_id = sid
+        agent.platform = "cli"
+        agent._session_messages = []
+        agent._last_flushed_db_idx = 0
+        agent._flushed_db_message_ids = set()
+        agent._flushed_db_message_session_id = None
+        return _UpstreamConversation(agent)
+
+    def load(self, sid: str) -> list[Any]:
+        return self.db.get_messages_as_conversation(sid)
+
+    def count(self, sid: str) -> int:
+        # Its gateway's coherence guard reads the session row.
+        row = self.db.get_session(sid)
+        return int(row["message_count"]) if row else 0
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class _UpstreamConversation(_AgentConversation):
+    def flush(self, live: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
+        # Its flush swallows errors (logs a warning); run.py checks the rows.
+        self.agent._flush_messages_to_session_db(live)
+
+
+class OpenAI(System):
+    name = "openai"
+    table = "agent_messages"
+
+    def __init__(self, path: Path, sync: str) -> None:
+        super().__init__(path, sync)
+        from agents import SQLiteSession
+
+        level = {"level": sync}
+
+        class Session(SQLiteSession):  # type: ignore[misc]
+            """SQLiteSession whose every connection runs at the measured level."""
+
+            def _get_connection(self):  # type: ignore[no-untyped-def]
+                conn = super()._get_connection()
+                if getattr(self._local, "sync", None) != level["level"]:
+                    conn.execute(f"PRAGMA synchronous={level['level']}")
+                    self._local.sync = level["level"]
+                return conn
+
+        self._level = level
+        self._cls = Session
+        self._loops = threading.local()
+        self._sessions: dict[str, Any] = {}
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        loop = getattr(self._loops, "loop", None)
+        if loop is None:
+            loop = self._loops.loop = asyncio.new_event_loop()
+        return loop
+
+    def run(self, coro: Any) -> Any:
+        return self._loop().run_until_complete(coro)
+
+    def session(self, sid: str) -> Any:
+        if sid not in self._sessions:
+            self._sessions[sid] = self._cls(sid, str(self.path))
+        return self._sessions[sid]
+
+    def fast(self) -> _Fast:
+        def set_level(level: str) -> None:
+            self._level["level"] = level
+
+        return _Fast(set_level, self.sync)
+
+    def conversation(self, sid: str) -> Conversation:
+        session = self.session(sid)
+        system = self
+
+        class Conv(Conversation):
+            def flush(self, live: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
+                system.run(session.add_items(new))
+
+        return Conv()
+
+    def load(self, sid: str) -> list[Any]:
+        return self.run(self.session(sid).get_items())  # type: ignore[no-any-return]
+
+
+
+class LangGraph(System):
+    name = "langgraph"
+    seed_whole = True
+
+    def __init__(self, path: Path, sync: str) -> None:
+        super().__init__(path, sync)
+        import sqlite3
+
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        self.conn = sqlite3.connect(str(path), check_same_thread=False)
+        self.saver = SqliteSaver(self.conn)
+        self.saver.setup()
+        self._set_sync(sync)
+
+    def _set_sync(self, level: str) -> None:
+        with self.saver.lock:
+            self.conn.execute(f"PRAGMA synchronous={level}")
+
+    def fast(self) -> _Fast:
+        return _Fast(self._set_sync, self.sync)
+
+    def conversation(self, sid: str) -> Conversation:
+        from langgraph.checkpoint.base import empty_checkpoint
+
+        saver = self.saver
+        state = {"config": {"configurable": {"thread_id": sid, "checkpoint_ns": ""}}, "step": 0}
+
+        class Conv(Conversation):
+            def flush(self, live: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
+                state["step"] += 1
+                step = state["step"]
+                checkpoint = empty_checkpoint()
+                checkpoint["channel_values"] = {"messages": live}
+                checkpoint["channel_versions"] = {"messages": step}
+                state["config"] = saver.put(
+                    state["config"],
+                    checkpoint,
+                    {"source": "loop", "step": step, "parents": {}},
+                    {"messages": step},
+                )
+
+        return Conv()
+
+    def load(self, sid: str) -> list[Any]:
+        config = {"configurable": {"thread_id": sid, "checkpoint_ns": ""}}
+        got = self.saver.get_tuple(config)
+        return list(got.checkpoint["channel_values"]["messages"]) if got else []
+
+    def finish(self, sids: list[str]) -> int:
+        n = sum(len(self.load(sid)) for sid in sids)
+        self.close()
+        return n
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+SYSTEMS: dict[str, type[System]] = {
+    "hermes": Hermes,
+    "upstream": Upstream,
+    "openai": OpenAI,
+    "langgraph": LangGraph,
+}
+
+
+# -- workloads ---------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, system: str, sync: str, config: dict[str, Any]) -> None:
+        self.system_name = system
+        self.cls = SYSTEMS[system]
+        self.sync = sync
+        self.config = config
+        self.root = Path(tempfile.mkdtemp(prefix=f"bench-{system}-", dir=config.get("workdir")))
+        os.environ["HERMES_HOME"] = str(self.root / "home")
+        self.pool = workload.messages(0, config.get("pool", 10_200))
+        self._n = 0
+
+    def open(self) -> System:
+        self._n += 1
+        path = self.root / f"db{self._n}" / "state.db"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return self.cls(path, self.sync)
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def msgs(self, start: int, stop: int) -> list[dict[str, Any]]:
+        """Fresh dicts (identity matters to the flush) for messages start..stop."""
+        if stop <= len(self.pool):
+            return [dict(m) for m in self.pool[start:stop]]
+        return workload.messages(start, stop)
+
+    # growth: a conversation growing in turns of `turn` messages
+    def growth(self, turn: int, total: int, budget_s: float) -> dict[str, Any]:
+        system = self.open()
+        sid = f"growth-{turn}"
+        conv = system.conversation(sid)
+        live: list[dict[str, Any]] = []
+        pending = self.msgs(0, total)
+        samples: list[int] = []
+        start = time.monotonic()
+        capped = False
+        gc.collect()
+        for at in range(0, total, turn):
+            new = pending[at : at + turn]
+            live.extend(new)
+            t0 = ns()
+            conv.flush(live, new)
+            samples.append(ns() - t0)
+            if time.monotonic() - start > budget_s and at + turn < total:
+                capped = True
+                break
+        rows = system.finish([sid])
+        return {
+            "turn": turn,
+            "messages": len(live),
+            "target": total,
+            "capped": capped,
+            "rows": rows,
+            "flush_ns": samples,
+        }
+
+    # noop: re-flushing a live list with nothing new
+    def noop(self, size: int, reps: int) -> dict[str, Any]:
+        if self.system_name not in ("hermes", "upstream"):
+            raise Unsupported("no flush-the-live-list API: callers pass only new items")
+        system = self.open()
+        conv = system.conversation("noop")
+        live = self.msgs(0, size)
+        with system.fast():
+            conv.flush(live, live)
+        samples = []
+        gc.collect()
+        for _ in range(reps):
+            t0 = ns()
+            conv.flush(live, [])
+            samples.append(ns() - t0)
+        rows = system.finish(["noop"])
+        return {"messages": size, "rows": rows, "flush_ns": samples}
+
+    # concurrent: N threads, each flushing its own conversation
+    def concurrent(self, threads: int, turns: int, turn: int, budget_s: float) -> dict[str, Any]:
+        system = self.open()
+        convs = [system.conversation(f"conv-{i}") for i in range(threads)]
+        per = turns * turn
+        pending = [self.msgs(i * per, (i + 1) * per) for i in range(threads)]
+        samples: list[list[int]] = [[] for _ in range(threads)]
+        errors: list[str] = []
+        barrier = threading.Barrier(threads + 1)
+        deadline = [0.0]
+
+        def worker(i: int) -> None:
+            live: list[dict[str, Any]] = []
+            barrier.wait()
+            try:
+                for at in range(0, per, turn):
+                    new = pending[i][at : at + turn]
+                    live.extend(new)
+                    t0 = ns()
+                    convs[i].flush(live, new)
+                    samples[i].append(ns() - t0)
+                    if time.monotonic() > deadline[0]:
+                        break
+            except Exception as exc:  # reported, not fatal to the run
+                errors.append(f"{type(exc).__name__}: {exc}")
+
+        pool = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+        for t in pool:
+            t.start()
+        gc.collect()
+        deadline[0] = time.monotonic() + budget_s
+        t0 = ns()
+        barrier.wait()
+        for t in pool:
+            t.join()
+        wall = ns() - t0
+        written = sum(len(s) for s in samples) * turn
+        rows = system.finish([f"conv-{i}" for i in range(threads)])
+        return {
+            "threads": threads,
+            "turn": turn,
+            "messages": written,
+            "rows": rows,
+            "wall_ns": wall,
+            "flush_ns": [x for s in samples for x in s],
+            "errors": errors[:5],
+            "error_count": len(errors),
+        }
+
+    # multiproc: N processes, each its own store on one file, its own conversation
+    def multiproc(self, procs: int, turns: int, turn: int) -> dict[str, Any]:
+        import subprocess
+
+        system = self.open()  # creates the file and schema before the writers race
+        path = system.path
+        system.finish([])
+        go = path.with_name("go")
+        children = []
+        for i in range(procs):
+            cmd = [sys.executable, __file__, "--writer", self.system_name, self.sync, str(path),
+                   f"proc-{i}", str(i * turns * turn), str(turns), str(turn), str(go)]
+            children.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
+        for c in children:
+            assert c.stdout is not None and c.stdout.readline().strip() == "ready"
+        t0 = ns()
+        go.touch()
+        answers = [json.loads(c.communicate()[0] or "{}") for c in children]
+        wall = ns() - t0
+        written = sum(len(a.get("flush_ns", [])) for a in answers) * turn
+        sids = [f"proc-{i}" for i in range(procs)]
+        check = self.cls(path, self.sync)
+        counts = [check.count(sid) for sid in sids] if self.system_name in ("hermes", "upstream") else []
+        rows = check.finish(sids)
+        return {
+            "procs": procs,
+            "turn": turn,
+            "messages": written,
+            "rows": rows,
+            "counts_ok": sum(counts) == rows if counts else None,
+            "wall_ns": wall,
+            "flush_ns": [x for a in answers for x in a.get("flush_ns", [])],
+            "errors": [a["error"] for a in answers if "error" in a][:5],
+            "error_count": sum(1 for a in answers if "error" in a),
+        }
+
+    # reads: load a transcript, and the live message-count read (the guard)
+    def reads(self, size: int, loads: int, counts: int) -> dict[str, Any]:
+        system = self.open()
+        conv = system.conversation("reads")
+        live = self.msgs(0, size)
+        with system.fast():
+            for at in range(0, size, 1000):
+                conv.flush(live[: at + 1000], live[at : at + 1000])
+        gc.collect()
+        load_ns = []
+        loaded = 0
+        for _ in range(loads):
+            t0 = ns()
+            got = system.load("reads")
+            load_ns.append(ns() - t0)
+            loaded = len(got)
+            del got
+        count_ns: list[int] = []
+        count_value = None
+        try:
+            for _ in range(counts):
+                t0 = ns()
+                count_value = system.count("reads")
+                count_ns.append(ns() - t0)
+        except Unsupported:
+            count_ns = []
+        system.finish([])
+        return {
+            "messages": size,
+            "loaded": loaded,
+            "load_ns": load_ns,
+            "count_ns": count_ns,
+            "count_value": count_value,
+        }
+
+    # scaling: flush latency and load time as the transcript grows
+    def scaling(self, sizes: list[int], flushes: int, loads: int, budget_s: float) -> list[dict[str, Any]]:
+        system = self.open()
+        conv = system.conversation("scaling")
+        live: list[dict[str, Any]] = []
+        points = []
+        start = time.monotonic()
+        for size in sizes:
+            with system.fast():
+                while len(live) < size:
+                    # A checkpointer's cost depends only on the list it is
+                    # given: one put of the whole list seeds it.
+                    step = size - len(live) if system.seed_whole else min(1000, size - len(live))
+                    new = self.msgs(len(live), len(live) + step)
+                    live.extend(new)
+                    conv.flush(live, new)
+            flush_ns = []
+            gc.collect()
+            for i in range(flushes):
+                new = self.msgs(len(live), len(live) + 20)
+                live.extend(new)
+                t0 = ns()
+                conv.flush(live, new)
+                flush_ns.append(ns() - t0)
+                if i >= 2 and time.monotonic() - start > budget_s:
+                    break
+            load_ns = []
+            for i in range(loads):
+                t0 = ns()
+                got = system.load("scaling")
+                load_ns.append(ns() - t0)
+                del got
+                if i >= 0 and time.monotonic() - start > budget_s:
+                    break
+            points.append({"size": size, "flush_ns": flush_ns, "load_ns": load_ns})
+            if time.monotonic() - start > budget_s:
+                points[-1]["capped"] = True
+                break
+        rows = system.finish(["scaling"])
+        return [*points, {"rows": rows, "messages": len(live)}]
+
+
+def describe(system: str) -> dict[str, Any]:
+    import sqlite3
+
+    info = {"system": system, "python": sys.version.split()[0], "python_sqlite": sqlite3.sqlite_version}
+    if system == "hermes":
+        import hermes._core as core
+
+        info["sqlite_version"] = core.SQLITE_VERSION
+    else:
+        info["sqlite_version"] = sqlite3.sqlite_version
+    return info
+
+
+def run_one(bench: Bench, name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    method = getattr(bench, name.split(":")[0])
+    gc.collect()
+    try:
+        return method(**kwargs)  # type: ignore[no-any-return]
+    except Unsupported as exc:
+        return {"unsupported": str(exc) or "no API for this workload"}
+    except Exception as exc:  # a peer failing is a finding, not a crash
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def serve(system: str, config: dict[str, Any]) -> None:
+    """Line protocol on stdin/stdout: one JSON request, one JSON answer.
+
+    Request: ``{"workload": "growth:20", "sync": "FULL", "kwargs": {...}}``.
+    The first line written is this interpreter's description.
+    """
+    out = sys.stdout
+    sys.stdout = sys.stderr  # a chatty import must not corrupt the protocol
+    benches = {}
+    try:
+        out.write(json.dumps(describe(system)) + "\n")
+        out.flush()
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            req = json.loads(line)
+            sync = req["sync"]
+            if sync not in benches:
+                benches[sync] = Bench(system, sync, config)
+            t0 = time.monotonic()
+            result = run_one(benches[sync], req["workload"], req["kwargs"])
+            if isinstance(result, dict):
+                result["seconds"] = round(time.monotonic() - t0, 2)
+            out.write(json.dumps(result) + "\n")
+            out.flush()
+    finally:
+        for b in benches.values():
+            b.cleanup()
+
+
+def writer(system: str, sync: str, path: str, sid: str, start: int, turns: int, turn: int, go: str) -> None:
+    """One process of the ``multiproc`` workload."""
+    os.environ.setdefault("HERMES_HOME", str(Path(path).parent / "home"))
+    out = sys.stdout
+    sys.stdout = sys.stderr
+    store = SYSTEMS[system](Path(path), sync)
+    conv = store.conversation(sid)
+    pending = workload.messages(start, start + turns * turn)
+    out.write("ready\n")
+    out.flush()
+    while not Path(go).exists():
+        time.sleep(0.001)
+    live: list[dict[str, Any]] = []
+    samples: list[int] = []
+    answer: dict[str, Any] = {}
+    try:
+        for at in range(0, len(pending), turn):
+            new = pending[at : at + turn]
+            live.extend(new)
+            t0 = ns()
+            conv.flush(live, new)
+            samples.append(ns() - t0)
+    except Exception as exc:
+        answer["error"] = f"{type(exc).__name__}: {exc}"
+    store.close()
+    answer["flush_ns"] = samples
+    out.write(json.dumps(answer))
+
+
+def main() -> None:
+    if sys.argv[1] == "--writer":
+        a = sys.argv[2:]
+        writer(a[0], a[1], a[2], a[3], int(a[4]), int(a[5]), int(a[6]), a[7])
+        return
+    if sys.argv[1] == "--serve":
+        serve(sys.argv[2], json.loads(sys.argv[3]))
+        return
+    system, sync, config_json, out = sys.argv[1:5]
+    config = json.loads(config_json)
+    bench = Bench(system, sync, config)
+    result: dict[str, Any] = describe(system) | {"sync": sync}
+    try:
+        for name, kwargs in config["plan"]:
+            t0 = time.monotonic()
+            result[name] = run_one(bench, name, kwargs)
+            print(f"  {system:9s} {sync:6s} {name:14s} {time.monotonic() - t0:6.1f}s", file=sys.stderr, flush=True)
+    finally:
+        bench.cleanup()
+    Path(out).write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

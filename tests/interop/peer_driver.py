@@ -1,0 +1,105 @@
+"""Runs inside the peer venv (hermes-agent 0.19.0 installed) on behalf of
+``test_hermes_agent_interop.py``: one JSON request on stdin, one JSON answer
+on stdout. It only calls hermes-agent's public ``hermes_state.SessionDB`` and
+its agent's ``run_agent.AIAgent._flush_messages_to_session_db``.
+
+Requests (``op``):
+
+* ``read``: the session as hermes-agent sees it: ``conversation``
+  (``get_messages_as_conversation``), ``message_count`` and
+  ``tool_call_count`` (``get_session``), ``rows`` (active rows counted in SQL);
+* ``append``: ``append_message`` for each message (its per-message API);
+* ``flush``: its agent's flush of a live list (its real write path),
+  creating the session first if needed;
+* ``search``: ``search_messages(query)`` session ids of the hits.
+
+Every request names ``db`` (the state.db path) and ``session_id``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _rows(db: str, session_id: str) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        return int(
+            conn.execute(
+                "SELECT COUNT(*) FROM messages WHERE session_id = ? AND active = 1", (session_id,)
+            ).fetchone()[0]
+        )
+    finally:
+        conn.close()
+
+
+def _state(db: Any, path: str, session_id: str) -> dict[str, Any]:
+    session = db.get_session(session_id) or {}
+    return {
+        "conversation": db.get_messages_as_conversation(session_id),
+        "message_count": session.get("message_count"),
+        "tool_call_count": session.get("tool_call_count"),
+        "source": session.get("source"),
+        "rows": _rows(path, session_id),
+    }
+
+
+def main() -> None:
+    req = json.loads(sys.stdin.read())
+    out = sys.stdout
+    sys.stdout = sys.stderr  # keep stdout for the answer alone
+
+    import hermes_state
+
+    path, sid = req["db"], req["session_id"]
+    db = hermes_state.SessionDB(Path(path))
+    try:
+        op = req["op"]
+        answer: dict[str, Any] = {}
+        if op == "append":
+            if db.get_session(sid) is None:
+                db.create_session(sid, req.get("source", "cli"))
+            answer["ids"] = [
+                db.append_message(
+                    sid,
+                    m["role"],
+                    content=m.get("content"),
+                    tool_name=m.get("tool_name"),
+                    tool_calls=m.get("tool_calls"),
+                    tool_call_id=m.get("tool_call_id"),
+                )
+                for m in req["messages"]
+            ]
+        elif op == "flush":
+            import run_agent
+
+            if db.get_session(sid) is None:
+                db.create_session(sid, req.get("source", "cli"))
+            agent = object.__new__(run_agent.AIAgent)
+            agent._session_db = db
+            agent._session_db_created = True
+            agent.session_id = sid
+            agent.platform = "cli"
+            agent._session_messages = []
+            agent._last_flushed_db_idx = 0
+            agent._flushed_db_message_ids = set()
+            agent._flushed_db_message_session_id = None
+            history = db.get_messages_as_conversation(sid)
+            live = history + req["messages"]
+            agent._flush_messages_to_session_db(live, history)
+        elif op == "search":
+            answer["hits"] = sorted({h["session_id"] for h in db.search_messages(req["query"])})
+        elif op != "read":
+            raise SystemExit(f"unknown op {op!r}")
+        answer.update(_state(db, path, sid))
+    finally:
+        db.close()
+    out.write(json.dumps(answer))
+
+
+if __name__ == "__main__":
+    main()
