@@ -134,8 +134,9 @@ class Report:
             "",
             "```sh",
             "make peers        # the peer venv: hermes-agent 0.19.0, openai-agents, langgraph-checkpoint-sqlite",
-            "make bench        # full run (~15-25 min): writes benches/results/*.json, BENCHMARKS.md, benches/plots/",
-            "make bench-quick  # small sizes (< 3 min): benches/results/latest-quick.{json,md}",
+            "make bench        # full run, 3 rounds (~40 min here): benches/results/*.json, BENCHMARKS.md, benches/plots/",
+            "make bench-quick  # small sizes, 1 round (~2 min): benches/results/latest-quick.{json,md}",
+            "make interop      # the file-compatibility tests against the real hermes-agent 0.19.0",
             "python benches/report.py benches/results/<file>.json   # re-render a stored run",
             "```",
             "",
@@ -304,12 +305,9 @@ class Report:
             notes.append(
                 f"* **Transcript load {ul / hl:.1f}× hermes-agent, target 5×.** SQLite reads the rows in {ms(fl)} "
                 f"(the floor); hermes takes {ms(hl)}, so {(hl - fl) / hl * 100:.0f}% is building Python objects: one "
-                "dict per message, a `str` per text column, the decoded `tool_calls` lists, and CPython's cyclic GC, "
-                "which runs several times during such an allocation burst (profiled with `perf`: `gc_collect_main` "
-                "and `visit_*` are the top symbols; a load with the GC paused is about a third faster). What would "
-                "close it: pause the GC (`PyGC_Disable`/`PyGC_Enable`) while the list is built, create the `str` "
-                "objects straight from SQLite's bytes instead of copying into Rust `String`s first (the UTF-8 is "
-                "validated twice today), and intern the repeated keys and role strings."
+                "dict per message, a `str` per text column, the decoded `tool_calls` lists (hermes-agent pays the "
+                "same plus a regex sanitizer per row). Profile with `perf record -g python ...` on a load loop: "
+                "what remains beyond SQLite's own read is CPython allocation and UTF-8 decoding."
             )
         hc = self.r(full, "hermes", "concurrent", "msg_per_s")
         oc = self.r(full, "openai", "growth:20", "msg_per_s")
@@ -590,14 +588,21 @@ class Report:
             "more). It re-serializes the whole history at every checkpoint.",
             "* **floor**: `benches/rust/floor.rs`, the same rows inserted by a bare rusqlite program, one transaction "
             "per flush (counters UPDATE + INSERTs), into a copy of an empty `state.db` made by hermes (same schema, "
-            "indexes, FTS). Two variants: *set-based* (triggers off, one `INSERT INTO messages_fts SELECT ...` per "
+            "indexes, FTS). Three variants: *set-based* (triggers off, one `INSERT INTO messages_fts SELECT ...` per "
             "transaction, as our writer does) is the floor used for ratios; *trigger* (the schema's per-row FTS "
-            "trigger) is the plain bare program.",
+            "trigger) is the plain bare program; *no FTS* (the same rows, no search index) shows what the index "
+            "costs. The disk floor is a one-row commit at FULL and a bare 4 KiB write + `fdatasync`.",
             "* Same messages for all (`benches/workload.py`): user / assistant with one tool call / tool result, "
-            "~600 B of JSON each, deterministic text with emoji and CJK. Each workload starts on a fresh file; "
+            "~600 B of JSON each, deterministic English-like text, one message in ten with CJK, accents and emoji. "
+            "Each workload starts on a fresh file; "
             "every run checks afterwards that the rows are all there (`rows missing` would be flagged).",
             "* Peers run in their own venv (`benches/.peers/venv`), with that interpreter's `sqlite3` "
             "(see versions above); hermes and the floor use the SQLite bundled by rusqlite.",
+            "* Scaling: the transcript is grown unmeasured between sizes (hermes-agent and the others with "
+            "`PRAGMA synchronous=OFF` meanwhile; hermes in 1000-message flushes); LangGraph is seeded with one "
+            "checkpoint of the whole list, since its cost depends only on the list it is given.",
+            "* Not measured yet (issue [E] nice-to-haves): full-text search over 1M messages, the database growing "
+            "to 100k sessions, and the gateway turn overhead ([C]'s harness writes `benches/results/gateway_turn.json`).",
             "",
         )
 
