@@ -472,7 +472,7 @@ class Worker:
     ) -> dict[str, Any]:
         """Ours only: where a turn's time goes, by wrapping (not changing) the pieces
         ``hermes.gateway.turn.handle_with_agent`` awaits. Adds a few us of wrapper cost."""
-        from hermes.gateway import run, session, turn
+        from hermes.gateway import run, session
 
         acc: dict[str, list[int]] = {}
 
@@ -491,18 +491,8 @@ class Worker:
 
             setattr(owner, attr, timed)
 
-        for attr in (
-            "get_or_create_session",
-            "load_transcript",
-            "append_to_transcript",
-            "update_session",
-        ):
-            wrap_async(
-                session.AsyncSessionStore, attr, f"session.py:AsyncSessionStore.{attr}"
-            )
-        wrap_async(
-            turn.transcript, "write_turn", "transcript.py:write_turn (incl. appends)"
-        )
+        # A turn reaches the store in two hops: turn._open_turn and turn._close_turn.
+        wrap_async(session.AsyncSessionStore, "call", "session.py:AsyncSessionStore.call")
         wrap_async(
             run.GatewayRunner,
             "_refresh_agent_cache_message_count",

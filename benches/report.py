@@ -619,8 +619,38 @@ class Report:
         self.scaling()
         self.fsync()
         self.plots_section(plots)
+        self.gateway_turn()
         self.notes()
         return "\n".join(self.lines).rstrip() + "\n"
+
+    def gateway_turn(self) -> None:
+        """The gateway's per-turn overhead (issue [C]), from its own run of
+        ``benches/gateway_turn.py`` when one was kept."""
+        path = HERE / "results" / "gateway_turn.json"
+        if not path.exists():
+            return
+        import gateway_turn  # stdlib-only at import time, like this script
+
+        doc = json.loads(path.read_text())
+        text = gateway_turn.render(doc).splitlines()
+        table = [line for line in text if line.startswith("|")]
+        rest = [line for line in text if not line.startswith("|")]
+        self.lines += [
+            "## Gateway turn overhead (issue [C])",
+            "",
+            f"A separate run: `{doc['command']}` at {doc['utc']} ({doc['wall_s']} s). The second "
+            "seed's harness: a real `SessionDB`, the runner's real `_handle_message_with_agent`, "
+            "`_run_agent` returning a canned result at once, the `session_meta` row forwarded to "
+            "the database; ours and hermes-agent 0.19.0 each in its own process. `first` = a new "
+            "conversation (its `session_meta` commit), `steady` = turn 2+ of one conversation.",
+            "",
+            *table,
+            "",
+            "```text",
+            *rest,
+            "```",
+            "",
+        ]
 
 
 def verdict(good: bool) -> str:
