@@ -20,6 +20,7 @@ import aiohttp
 from hermes.gateway.session import SessionEntry
 from hermes.state import SessionDB
 from support.gateway_process import GatewayProcess
+from support.processes import child_env
 
 ROUNDS_AGENT = "reliability.rounds_agent:build_agent"
 REPO = Path(__file__).resolve().parents[2]
@@ -136,11 +137,8 @@ def consistency_problems(path: Path) -> list[str]:
 
 def hermes_cli(home: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """``hermes ARGS`` as a user runs it (its own process), with ``HERMES_HOME=home``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "OPENAI_",
-                                                                     "API_SERVER_"))}
-    env.update(HERMES_HOME=str(home), NO_COLOR="1", COLUMNS="300",
-               PYTHONPATH=os.pathsep.join([str(REPO / "python"), env.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-m", "hermes.cli", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "hermes.cli", *args],
+                          env=child_env(home, COLUMNS="300"),
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -161,10 +159,7 @@ class ApiGateway:
         self.port = free_port()
         self.log_path = home / "gateway.log"
         self.args = ["-v", "gateway", "run", "--port", str(self.port), *args]
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("HERMES_", "OPENAI_", "API_SERVER_"))}
-        env.update(HERMES_HOME=str(home), PYTHONPATH=str(REPO / "python"), **variables)
-        self.env = env
+        self.env = child_env(home, **variables)
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> ApiGateway:

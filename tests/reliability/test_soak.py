@@ -32,9 +32,9 @@ from typing import Any
 import aiohttp
 import pytest
 from hermes.state import SessionDB
+from support.processes import PACKAGE_ROOT, TESTS_DIR
 
 from .harness import (
-    REPO,
     consistency_problems,
     entry_for,
     hermes_cli,
@@ -54,8 +54,7 @@ CHATS = ("g0", "g1", "g2")
 
 
 def worker(role: str, db: Path, seconds: float, out: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "python"),
-                                                        str(REPO / "tests")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([PACKAGE_ROOT, TESTS_DIR])}
     return subprocess.Popen([sys.executable, "-m", "reliability.soak_workers", role, str(db),
                              str(seconds), str(out)], env=env)
 

@@ -19,6 +19,7 @@ def child_env(home: Path, **variables: str) -> dict[str, str]:
     states its own), with ``HERMES_HOME`` set and the same ``hermes`` importable."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("HERMES_", "OPENAI_", "API_SERVER_"))}
-    env.update(HERMES_HOME=str(home), PYTHONPATH=os.pathsep.join([PACKAGE_ROOT, TESTS_DIR]),
-               NO_COLOR="1", COLUMNS="200", **variables)
+    env.update({"HERMES_HOME": str(home), "PYTHONPATH": os.pathsep.join([PACKAGE_ROOT, TESTS_DIR]),
+                "NO_COLOR": "1", "COLUMNS": "200"})
+    env.update(variables)
     return env
