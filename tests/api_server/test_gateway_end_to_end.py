@@ -14,7 +14,7 @@ from pathlib import Path
 
 import openai
 import pytest
-from fake_openai import FakeOpenAI, Reply, tool_call
+from support.fake_openai import FakeOpenAI, Reply, tool_call
 from gateway_process import GatewayProcess, request, run_cli
 
 from hermes.gateway.platforms.api_server import SESSION_HEADER

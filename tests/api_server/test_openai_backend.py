@@ -4,7 +4,7 @@ retries, and errors that say what to do."""
 from __future__ import annotations
 
 import pytest
-from fake_openai import FakeOpenAI, Reply, tool_call
+from support.fake_openai import FakeOpenAI, Reply, tool_call
 
 from hermes.agent.backends import ModelError, OfflineBackend, OpenAIChatBackend
 from hermes.errors import ConfigError

@@ -387,7 +387,7 @@ def test_api_keys_never_reach_the_database_logs_or_exports(tmp_path: Path) -> No
         wrong = {**auth, "Authorization": f"Bearer {gateway_key[:-1]}"}
         statuses.append(gateway.request("POST", "/v1/chat/completions", b"{}", wrong)[0])
         assert statuses == [200] * 6 + [401], statuses
-        assert f"Bearer {model_key}" in model.authorizations  # the key was really in use
+        assert f"Bearer {model_key}" in model.auth_headers  # the key was really in use
         assert "scripted outage" in gateway.log()  # and a model failure was logged
         running = leaks()  # the WAL and -shm exist while it runs
     for args in (["list"], ["show", "leakcheck"], ["search", "question"],

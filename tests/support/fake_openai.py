@@ -66,13 +66,18 @@ class FakeOpenAI:
         if self._runner is not None:
             await self._runner.cleanup()
 
+    def next_reply(self, body: dict[str, Any]) -> Reply:
+        """The reply to the request ``body`` (already recorded in ``requests``): the next
+        scripted one. Subclasses may answer by a rule instead."""
+        if not self.script:
+            return Reply(status=500, error="the fake server's script is exhausted")
+        return self.script.pop(0)
+
     async def _complete(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
         self.auth_headers.append(request.headers.get("Authorization", ""))
-        if not self.script:
-            return _error(500, "the fake server's script is exhausted")
-        reply = self.script.pop(0)
+        reply = self.next_reply(body)
         if reply.status != 200:
             return _error(reply.status, reply.error)
         if body.get("stream"):
