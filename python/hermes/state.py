@@ -16,7 +16,7 @@ import functools
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from hermes._core import Store
 from hermes.paths import state_db_path
@@ -24,7 +24,6 @@ from hermes.paths import state_db_path
 __all__ = ["AsyncSessionDB", "SessionDB", "Synchronous"]
 
 Synchronous = Literal["FULL", "NORMAL"]
-T = TypeVar("T")
 
 _OPTIONAL_MESSAGE_FIELDS = (
     "tool_name",
