@@ -3,7 +3,7 @@
 HERMES_PYTHON ?= python3
 PEERS_PYTHON  := benches/.peers/venv/bin/python
 
-.PHONY: peers bench bench-quick bench-report interop
+.PHONY: peers bench bench-quick bench-report bench-scale interop
 
 # The peers' own venv: hermes-agent 0.19.0, openai-agents, langgraph-checkpoint-sqlite, matplotlib.
 peers:
@@ -20,6 +20,12 @@ bench-quick: peers
 # Re-render BENCHMARKS.md and the plots from the latest full results file.
 bench-report:
 	$(PEERS_PYTHON) benches/report.py benches/results/latest.json
+
+# Search over 1M messages and a db growing to 100k sessions, ours vs hermes-agent
+# (~10 min; --quick: ~1 min): benches/results/scale.json, benches/plots/scale_vs_sessions.png.
+# BENCHMARKS.md shows it after the next `make bench` or `make bench-report`.
+bench-scale: peers
+	$(HERMES_PYTHON) benches/scale.py
 
 # The interop tests against the real hermes-agent 0.19.0.
 interop: peers

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,7 @@ class Report:
             "make bench        # full run, 3 rounds (~40 min here): benches/results/*.json, BENCHMARKS.md, benches/plots/",
             "make bench-quick  # small sizes, 1 round (~2 min): benches/results/latest-quick.{json,md}",
             "make interop      # the file-compatibility tests against the real hermes-agent 0.19.0",
+            "make bench-scale  # search over 1M messages, 1 -> 100k sessions (~10 min): benches/results/scale.json",
             "python benches/report.py benches/results/<file>.json   # re-render a stored run",
             "```",
             "",
@@ -601,8 +603,10 @@ class Report:
             "* Scaling: the transcript is grown unmeasured between sizes (hermes-agent and the others with "
             "`PRAGMA synchronous=OFF` meanwhile; hermes in 1000-message flushes); LangGraph is seeded with one "
             "checkpoint of the whole list, since its cost depends only on the list it is given.",
-            "* Not measured yet (issue [E] nice-to-haves): full-text search over 1M messages, the database growing "
-            "to 100k sessions, and the gateway turn overhead ([C]'s harness writes `benches/results/gateway_turn.json`).",
+            "* Measured by separate runs, shown in their own sections when their results file is kept: the gateway "
+            "turn overhead (`benches/gateway_turn.py`, `benches/results/gateway_turn.json`), and full-text search "
+            "over 1M messages and the database growing to 100k sessions (`benches/scale.py`, "
+            "`benches/results/scale.json`).",
             "",
         )
 
@@ -620,6 +624,7 @@ class Report:
         self.fsync()
         self.plots_section(plots)
         self.gateway_turn()
+        self.scale()
         self.notes()
         return "\n".join(self.lines).rstrip() + "\n"
 
@@ -651,6 +656,23 @@ class Report:
             "```",
             "",
         ]
+
+
+    def scale(self) -> None:
+        """Search over 1M messages and growth to 100k sessions (issue [E]),
+        from its own run of ``benches/scale.py`` when one was kept."""
+        path = HERE / "results" / "scale.json"
+        if not path.exists():
+            return
+        import scale  # stdlib-only at import time, like this script
+
+        try:
+            doc = json.loads(path.read_text())
+            png = getattr(self, "plots_dir", HERE / "plots") / scale.PLOT.name
+            rel = os.path.relpath(png, getattr(self, "md_dir", ROOT)) if png.exists() else None
+            self.lines += [*scale.render(doc, rel).splitlines(), ""]
+        except (ValueError, KeyError, TypeError) as exc:  # a stale or partial file must not sink the report
+            self.w("## Scale (issue [E])", "", f"`benches/results/scale.json` could not be rendered: {exc!r}.", "")
 
 
 def verdict(good: bool) -> str:
@@ -755,7 +777,23 @@ def make_plots(doc: dict[str, Any], out_dir: Path, rel_to: Path) -> list[str]:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     save(fig, "flush_latency_during_growth.png")
+    scale_plot(out_dir)
     return made
+
+
+def scale_plot(out_dir: Path) -> None:
+    """Redraws the scale run's plot, which its own section shows (not listed under Plots)."""
+    path = HERE / "results" / "scale.json"
+    if not path.exists():
+        return
+    import scale
+
+    try:
+        doc = json.loads(path.read_text())
+        if "growth" in doc:
+            scale.plot(doc, out_dir / scale.PLOT.name)
+    except (ValueError, KeyError, TypeError) as exc:
+        print(f"report: scale plot skipped: {exc!r}")
 
 
 def main() -> None:
@@ -769,6 +807,8 @@ def main() -> None:
     plots = make_plots(doc, Path(args.plots), md.resolve().parent) if args.plots else []
     rep = Report(doc)
     rep.src = args.results  # type: ignore[attr-defined]
+    rep.md_dir = md.resolve().parent  # type: ignore[attr-defined]
+    rep.plots_dir = Path(args.plots or HERE / "plots").resolve()  # type: ignore[attr-defined]
     md.write_text(rep.render(plots))
     print(f"report: {md}" + (f" and {len(plots)} plots in {args.plots}" if plots else ""))
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
 from unittest.mock import MagicMock
 
 import pytest
 
+from hermes.gateway import session
 from hermes.gateway.config import GatewayConfig, Platform
 from hermes.gateway.session import (
     AsyncSessionStore,
@@ -113,6 +116,78 @@ def test_recently_active_conversations_are_marked(db: SessionDB) -> None:
     assert store.mark_recently_active_resume_pending(120) == 1
     assert store.get_entry(recent).resume_pending  # type: ignore[union-attr]
     assert not store.get_entry(idle).resume_pending  # type: ignore[union-attr]
+
+
+def _stored(db: SessionDB, key: str) -> SessionEntry:
+    return SessionEntry.from_json(db.load_routing_entries()[key])
+
+
+def test_activity_is_written_behind_and_never_over_a_newer_state(
+        db: SessionDB, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(session, "ACTIVITY_WRITE_DELAY", 0.05)
+    store = SessionStore(db)
+    key = store.get_or_create_session(_source()).session_key
+    store.update_session(key, last_prompt_tokens=7)
+    assert _stored(db, key).last_prompt_tokens == 0  # memory only, for now
+    for _ in range(100):
+        if _stored(db, key).last_prompt_tokens == 7:
+            break
+        time.sleep(0.01)
+    assert _stored(db, key) == store.get_entry(key)  # the timer wrote it
+    store.update_session(key, last_prompt_tokens=8)
+    assert store.mark_resume_pending(key, "shutdown_timeout")  # written now, with the activity
+    assert _stored(db, key) == store.get_entry(key)
+    assert _stored(db, key).last_prompt_tokens == 8
+
+
+def test_concurrent_activity_and_resume_marks_end_with_the_latest_entry(db: SessionDB) -> None:
+    store = SessionStore(db)
+    keys = [store.get_or_create_session(_source(user_id=str(i))).session_key for i in range(4)]
+
+    def bookkeeping(n: int) -> None:
+        for i in range(200):
+            store.update_session(keys[(n + i) % 4], last_prompt_tokens=i)
+            if i % 25 == 0:
+                store.save_activity()
+
+    def marks() -> None:
+        for i in range(100):
+            key = keys[i % 4]
+            store.mark_resume_pending(key, "shutdown_timeout")
+            store.clear_resume_pending(key)
+
+    threads = [threading.Thread(target=bookkeeping, args=(n,)) for n in range(3)]
+    threads.append(threading.Thread(target=marks))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    store.save_activity()
+    for key in keys:
+        assert _stored(db, key) == store.get_entry(key)
+
+
+def test_a_known_conversation_is_found_while_a_routing_write_waits(db: SessionDB) -> None:
+    """The event loop looks known keys up while another thread holds the write side (a
+    commit waiting on a busy database)."""
+    store = SessionStore(db)
+    entry = store.get_or_create_session(_source())
+    holding, release = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        with store._write_lock:
+            holding.set()
+            release.wait(5)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    assert holding.wait(5)
+    try:
+        store.update_session(entry.session_key, last_prompt_tokens=3)
+        assert store.get_or_create_session(_source()).last_prompt_tokens == 3
+    finally:
+        release.set()
+        thread.join()
 
 
 def test_reset_ends_the_old_session(db: SessionDB) -> None:

@@ -145,3 +145,16 @@ async def test_bounded_reports_failures() -> None:
 
     assert await shutdown.bounded(boom(), 1, "a failing step") is False
     assert await shutdown.bounded(asyncio.sleep(0), 1, "a quick step") is True
+
+
+async def test_stop_writes_the_activity_still_in_memory(make_runner: RunnerFactory,
+                                                         home: Path) -> None:
+    runner = await make_runner()
+    await runner._handle_message(event("one"))
+    await runner._handle_message(event("two"))
+    key = runner._session_key_for(event("").source)
+    in_memory = runner.session_store.get_entry(key)
+    assert in_memory is not None and in_memory.last_prompt_tokens > 0
+    await runner.stop()
+    stored = SessionStore(SessionDB(home / "state.db")).get_entry(key)
+    assert stored == in_memory

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -241,3 +242,30 @@ async def test_lru_cap_releases_the_oldest_agent(make_runner: RunnerFactory) -> 
             break
         await asyncio.sleep(0.02)
     assert oldest._closed
+
+
+async def test_only_turns_that_cannot_wait_on_the_database_run_on_the_loop(
+        make_runner: RunnerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = await make_runner()
+    store = runner.session_store
+    loop_thread = threading.current_thread()
+    on_loop: dict[str, list[bool]] = {}
+    for name in ("get_or_create_session", "load_transcript", "append_to_transcript",
+                 "update_session"):
+        def recording(*args: Any, _name: str = name, _original: Any = getattr(store, name),
+                      **kwargs: Any) -> Any:
+            on_loop.setdefault(_name, []).append(threading.current_thread() is loop_thread)
+            return _original(*args, **kwargs)
+        monkeypatch.setattr(store, name, recording)
+
+    await runner._handle_message(event("one"))  # new conversation, session_meta row
+    assert not any(any(calls) for calls in on_loop.values()), on_loop
+    on_loop.clear()
+    await runner._handle_message(event("two"))  # cached, 3 rows, the agent wrote its rows
+    assert all(all(calls) for calls in on_loop.values()) and len(on_loop) == 4, on_loop
+    on_loop.clear()
+    monkeypatch.setattr(turn, "INLINE_OPEN_MAX_ROWS", 4)  # the transcript has 5 rows now
+    assert await runner._handle_message(event("three")) == "echo: three [history=4]"
+    # The routing entry is still looked up in memory; the long transcript is read off the loop.
+    assert (on_loop["get_or_create_session"], on_loop["load_transcript"]) == ([True], [False])
+    assert _roles(runner) == ["user", "assistant", "session_meta"] + ["user", "assistant"] * 2

@@ -60,7 +60,7 @@ async def run_agent(
     (resume, tool tail): the model sees the note, the transcript keeps the original.
     """
     signature = agent_signature(runtime_kwargs)
-    live = await runner._live_message_count(session_id)
+    live = runner._live_message_count(session_id)
     own = runner._own_appends(session_id)
     cache = runner._cache()
     cached, stale = cache.checkout(session_key, signature, session_id, live)

@@ -245,7 +245,7 @@ class GatewayRunner:
                           capacity=self.config.agent_cache_size,
                           idle_ttl=self.config.agent_idle_ttl)
 
-    async def _live_message_count(self, session_id: str) -> int | None:
+    def _live_message_count(self, session_id: str) -> int | None:
         """The session's ``message_count`` in ``state.db`` now; ``None`` if it cannot be read.
 
         Read on the loop, not through a worker thread: it is one indexed read of a few
@@ -270,7 +270,7 @@ class GatewayRunner:
         so the coherence guard fires only on other processes' writes."""
         if not session_id or getattr(self, "_agent_cache", None) is None:
             return
-        live = await self._live_message_count(session_id)
+        live = self._live_message_count(session_id)
         if live is not None:
             self._cache().rebaseline(session_key, session_id, live, self._own_appends(session_id))
 

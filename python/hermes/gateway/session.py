@@ -5,6 +5,11 @@ A chat message is routed by its *session key* (platform, chat, thread, participa
 ``state.db``. The routing lives in the same database (``gateway_routing``), one row per key
 written in its own transaction, so a crash never leaves it half-written and a second gateway
 process on the same file finds the conversations the first one started.
+
+Routing changes that matter after a crash (a new conversation, a reset, ``resume_pending``)
+are written before the call returns. A turn's activity bookkeeping (``updated_at``,
+``last_prompt_tokens``) is kept in memory and written within ``ACTIVITY_WRITE_DELAY`` by a
+timer thread, so a turn never waits for it; a crash loses at most that much of it.
 """
 
 from __future__ import annotations
@@ -14,11 +19,12 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
+from hermes.errors import HermesError
 from hermes.gateway.config import GatewayConfig, Platform
 
 if TYPE_CHECKING:
@@ -30,6 +36,8 @@ _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 SESSION_KEY_NAMESPACE = "agent:main"
+#: Seconds a turn's activity bookkeeping may wait in memory before it is written.
+ACTIVITY_WRITE_DELAY = 1.0
 
 
 @dataclass(frozen=True)
@@ -171,10 +179,13 @@ def _message_row(message: Mapping[str, Any]) -> dict[str, Any]:
 class SessionStore:
     """Routing (session key → ``SessionEntry``) and transcripts, both in ``state.db``.
 
-    Thread-safe: the runner calls it from worker threads through ``AsyncSessionStore``.
-    Entries are cached in memory; a key this process has not seen is looked up in the
-    database first, so conversations started by another gateway process are continued, not
-    forked.
+    Thread-safe. Entries are cached in memory; a key this process has not seen is looked up
+    in the database first, so conversations started by another gateway process are continued,
+    not forked. Two locks: ``_lock`` guards the in-memory entries and is never held across a
+    database call, so the event loop can look a known key up without waiting on the
+    database; ``_write_lock`` orders the routing writes (always taken before ``_lock``), and
+    each write stores the entry as it is in memory at that moment, so an older state never
+    overwrites a newer one.
     """
 
     def __init__(self, db: SessionDB, config: GatewayConfig | None = None, scope: str = "") -> None:
@@ -182,52 +193,75 @@ class SessionStore:
         self._config = config or GatewayConfig()
         self._scope = scope
         self._lock = threading.Lock()
+        self._write_lock = threading.RLock()
         self._entries: dict[str, SessionEntry] | None = None
+        self._unsaved: set[str] = set()
+        self._activity_timer: threading.Timer | None = None
 
     def _loaded(self) -> dict[str, SessionEntry]:
-        if self._entries is None:
-            self._entries = {}
-            self._reload()
-        return self._entries
+        """The entries in memory, read from the database on first use. Never call it while
+        holding ``_lock`` (it may take ``_write_lock``)."""
+        entries = self._entries
+        if entries is None:
+            with self._write_lock:
+                if self._entries is None:
+                    self._entries = self._read_entries(skip=set())
+                entries = self._entries
+        return entries
 
-    def _reload(self) -> None:
-        assert self._entries is not None
+    def _read_entries(self, skip: set[str]) -> dict[str, SessionEntry]:
+        """The database's routing entries, less the keys in ``skip``."""
+        entries: dict[str, SessionEntry] = {}
         for key, text in self._db.load_routing_entries(self._scope).items():
-            if key in self._entries:
+            if key in skip:
                 continue
             try:
-                self._entries[key] = SessionEntry.from_json(text)
+                entries[key] = SessionEntry.from_json(text)
             except (ValueError, KeyError, TypeError) as exc:
                 # One unreadable entry must not take every conversation down; its chat
                 # starts a new conversation, which overwrites the entry.
                 logger.warning("ignoring unreadable routing entry %r in %s: %s", key,
                                self._db.db_path, exc)
+        return entries
 
-    def _save(self, entry: SessionEntry) -> None:
-        self._loaded()[entry.session_key] = entry
-        self._db.save_routing_entry(entry.session_key, entry.to_json(), self._scope)
+    def _persist(self, keys: Iterable[str]) -> None:
+        """Write the entries of ``keys`` as they are in memory now. Hold ``_write_lock``."""
+        entries = self._loaded()
+        for key in keys:
+            with self._lock:
+                entry = entries.get(key)
+                self._unsaved.discard(key)
+            if entry is not None:
+                self._db.save_routing_entry(key, entry.to_json(), self._scope)
 
     def session_key(self, source: SessionSource) -> str:
         return build_session_key(source, self._config.group_sessions_per_user,
                                  self._config.thread_sessions_per_user)
 
     def get_entry(self, session_key: str) -> SessionEntry | None:
-        with self._lock:
-            return self._loaded().get(session_key)
+        return self._loaded().get(session_key)
 
     def get_or_create_session(self, source: SessionSource) -> SessionEntry:
-        """The key's current conversation; a new one (sessions row + routing) if it has none."""
+        """The key's current conversation; a new one (sessions row + routing) if it has none.
+        A key already in memory is answered without touching the database."""
         key = self.session_key(source)
-        with self._lock:
+        entry = self._loaded().get(key)
+        if entry is not None:
+            return entry
+        with self._write_lock:
             entries = self._loaded()
             if key not in entries:
-                self._reload()
+                # Another gateway process may have started this conversation.
+                found = self._read_entries(skip=set(entries))
+                with self._lock:
+                    entries.update(found)
             entry = entries.get(key)
             if entry is None:
                 entry = self._create(key, source)
             return entry
 
     def _create(self, key: str, source: SessionSource) -> SessionEntry:
+        """A new conversation for ``key``, written. Hold ``_write_lock``."""
         now = datetime.now()
         entry = SessionEntry(
             session_key=key, session_id=_new_session_id(), created_at=now, updated_at=now,
@@ -241,7 +275,11 @@ class SessionStore:
             thread_id=source.thread_id, display_name=entry.display_name,
             origin_json=json.dumps(source.to_dict(), ensure_ascii=False),
         )
-        self._save(entry)
+        self._db.save_routing_entry(key, entry.to_json(), self._scope)
+        entries = self._loaded()
+        with self._lock:
+            entries[key] = entry
+            self._unsaved.discard(key)
         return entry
 
     def load_transcript(self, session_id: str) -> list[dict[str, Any]]:
@@ -260,15 +298,45 @@ class SessionStore:
         return self._db.has_platform_message_id(session_id, platform_message_id)
 
     def update_session(self, session_key: str, last_prompt_tokens: int | None = None) -> None:
-        """Record activity after a turn (``updated_at`` drives the crash-resume window)."""
+        """Record activity after a turn (``updated_at`` drives the crash-resume window).
+
+        Changes memory only, so the event loop may call it; the entry is written within
+        ``ACTIVITY_WRITE_DELAY`` (or by the next routing write, or ``save_activity``)."""
         changes: dict[str, Any] = {"updated_at": datetime.now()}
         if last_prompt_tokens is not None:
             changes["last_prompt_tokens"] = last_prompt_tokens
-        self._change(session_key, **changes)
+        entries = self._loaded()
+        with self._lock:
+            entry = entries.get(session_key)
+            if entry is None:
+                return
+            entries[session_key] = replace(entry, **changes)
+            self._unsaved.add(session_key)
+            if self._activity_timer is None:
+                self._activity_timer = threading.Timer(ACTIVITY_WRITE_DELAY, self.save_activity)
+                self._activity_timer.daemon = True
+                self._activity_timer.start()
+
+    def save_activity(self) -> None:
+        """Write the activity bookkeeping still only in memory (the timer's job; also called
+        at shutdown). A failure is logged; the entries stay in memory for the next write."""
+        with self._lock:
+            if self._activity_timer is not None:
+                self._activity_timer.cancel()
+                self._activity_timer = None
+            keys = list(self._unsaved)
+        try:
+            with self._write_lock:
+                self._persist(keys)
+        except HermesError as exc:
+            logger.warning("could not write the activity of %d conversation(s): %s",
+                           len(keys), exc)
+            with self._lock:
+                self._unsaved.update(keys)
 
     def reset_session(self, session_key: str) -> SessionEntry | None:
         """Start a new conversation under the key; the old session row is ended, not deleted."""
-        with self._lock:
+        with self._write_lock:
             old = self._loaded().get(session_key)
             if old is None:
                 return None
@@ -294,17 +362,22 @@ class SessionStore:
                                             reason: str = "restart_interrupted") -> int:
         """After an unclean exit: flag conversations active in the last ``since_seconds``."""
         cutoff = datetime.now() - timedelta(seconds=since_seconds)
+        entries = self._loaded()
         with self._lock:
-            keys = [k for k, e in self._loaded().items()
+            keys = [k for k, e in entries.items()
                     if not e.resume_pending and e.updated_at >= cutoff]
         return sum(self.mark_resume_pending(k, reason) for k in keys)
 
     def _change(self, session_key: str, **changes: Any) -> bool:
-        with self._lock:
-            entry = self._loaded().get(session_key)
-            if entry is None:
-                return False
-            self._save(replace(entry, **changes))
+        """Change the key's entry and write it before returning."""
+        entries = self._loaded()
+        with self._write_lock:
+            with self._lock:
+                entry = entries.get(session_key)
+                if entry is None:
+                    return False
+                entries[session_key] = replace(entry, **changes)
+            self._persist([session_key])
             return True
 
 
@@ -326,3 +399,10 @@ class AsyncSessionStore:
         ``work`` calls the store's methods on the store it is given (never ``SessionStore``'s
         functions directly), so a replaced or stubbed store is honoured."""
         return await asyncio.to_thread(work, self._current(), *args, **kwargs)
+
+    def call_here(self, work: Callable[Concatenate[SessionStore, _P], _T],
+                  *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """Run ``work(store, ...)`` on the calling thread (the event loop). Only for work that
+        cannot wait on the database: memory lookups and reads of a few rows, which cost less
+        than the thread hop ``call`` pays."""
+        return work(self._current(), *args, **kwargs)

@@ -7,7 +7,8 @@
    its mark again);
 4. if that timed out, interrupt the agents and give them ``interrupt_grace`` to stop;
 5. finalize every agent (running and cached): flush its in-flight transcript, then release
-   its resources off the event loop, each step bounded by ``cleanup_timeout``;
+   its resources off the event loop, each step bounded by ``cleanup_timeout``; then write the
+   conversations' activity bookkeeping still held in memory (bounded too);
 6. disconnect the adapters (bounded), stop the worker threads, close the database;
 7. write ``$HERMES_HOME/.clean_shutdown`` only if nothing was cut off, so the next boot
    knows whether recently active conversations need a resume note.
@@ -95,6 +96,9 @@ async def stop(runner: GatewayRunner) -> bool:
     agents: dict[str, Any] = {f"cached:{i}": a for i, a in enumerate(runner._cache().clear())}
     agents.update({k: a for k, a in runner._running_agents.items() if a is not busy.PENDING})
     finalized = await runner._finalize_shutdown_agents(_unique(agents))
+    if getattr(runner, "session_store", None) is not None:  # None: the start failed early
+        await bounded(store.call(lambda s: s.save_activity()), config.cleanup_timeout,
+                      "writing the conversations' activity")
 
     phase("disconnecting adapters")
     for platform, adapter in list(runner.adapters.items()):

@@ -14,7 +14,8 @@ The count re-baseline of the agent cache must come after all of these writes (th
 does it after ``write_turn`` returns): the ``session_meta`` row, too, moves ``message_count``.
 
 ``write_turn`` is synchronous: the turn pipeline runs it, with the routing update that follows,
-in one worker thread (``AsyncSessionStore.call``), so a turn's writes cost one thread hop.
+in one worker thread (``AsyncSessionStore.call``) when ``writes_rows`` says it writes, so a
+turn's writes cost one thread hop, and on the event loop otherwise.
 """
 
 from __future__ import annotations
@@ -57,6 +58,16 @@ def _tool_names(tools: Sequence[Any]) -> list[str]:
     return names
 
 
+def writes_rows(*, first_turn: bool, result: Mapping[str, Any]) -> bool:
+    """Whether ``write_turn`` writes to the database: a ``session_meta`` row on a first turn,
+    the turn's messages when the agent did not persist them."""
+    return first_turn or not _agent_persisted(result)
+
+
+def _agent_persisted(result: Mapping[str, Any]) -> bool:
+    return bool(result.get("agent_persisted", True))
+
+
 def write_turn(
     store: SessionStore,
     session_id: str,
@@ -85,7 +96,7 @@ def write_turn(
         except HermesError as exc:
             # A description, not conversation: the next turn writes it (it finds none).
             logger.warning("could not write the session_meta row of %s: %s", session_id, exc)
-    skip_db = bool(result.get("agent_persisted", True))
+    skip_db = _agent_persisted(result)
     new = _new_messages(result, event, history_len)
     if not skip_db and event.message_id:
         first_user = next((m for m in new if m.get("role") == "user"), None)

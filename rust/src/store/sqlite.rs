@@ -53,6 +53,10 @@ pub struct SqliteBackend {
     commits: GroupCommit<WriteOp, WriteOut>,
     session_columns: Vec<String>,
     closed: AtomicBool,
+    /// A read came up short: a file was cut under us (typically the WAL).
+    /// A commit then would land after the hole and a checkpoint would copy
+    /// the hole into the database, so writes are refused until a reopen.
+    cut: AtomicBool,
     /// Rows this backend committed, per session: with the live count, it
     /// tells this process's writes from other processes'.
     own_appends: Mutex<HashMap<String, u64>>,
@@ -223,6 +227,7 @@ impl SqliteBackend {
             commits: GroupCommit::default(),
             session_columns,
             closed: AtomicBool::new(false),
+            cut: AtomicBool::new(false),
             own_appends: Mutex::new(HashMap::new()),
         })
     }
@@ -267,11 +272,16 @@ impl SqliteBackend {
     /// (with mode 0600), so a file deleted under us is not silently recreated
     /// world-readable and empty by a later reader.
     fn connect(path: &Path, sync: Synchronous) -> Result<Connection> {
+        Self::connect_raw(path, sync).at(path)
+    }
+
+    /// Like `connect`, leaving the SQLite error to the caller to classify.
+    fn connect_raw(path: &Path, sync: Synchronous) -> rusqlite::Result<Connection> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
             | OpenFlags::SQLITE_OPEN_URI;
-        let conn = Connection::open_with_flags(path, flags).at(path)?;
-        schema::configure(&conn, sync).at(path)?;
+        let conn = Connection::open_with_flags(path, flags)?;
+        schema::configure(&conn, sync)?;
         Ok(conn)
     }
 
@@ -321,6 +331,25 @@ impl SqliteBackend {
         }
     }
 
+    /// Remembers a short read (see `cut`).
+    fn note_short_read(&self, e: &rusqlite::Error) {
+        let short = rusqlite::ffi::SQLITE_IOERR_SHORT_READ;
+        if e.sqlite_error().map(|f| f.extended_code) == Some(short) {
+            self.cut.store(true, Ordering::Release);
+        }
+    }
+
+    fn ensure_not_cut(&self) -> Result<()> {
+        if !self.cut.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        Err(Error::Storage {
+            kind: StorageKind::Other,
+            path: self.path.clone(),
+            detail: "a read came up short: the file or its write-ahead log was cut while open, and a commit now would damage the database; nothing was written. Restart to recover the intact part, then retry".into(),
+        })
+    }
+
     /// Borrows a reader connection for `f`, opening one when none is idle.
     fn read<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
         self.read_raw(f)?.at(&self.path)
@@ -334,9 +363,15 @@ impl SqliteBackend {
         self.ensure_open()?;
         let conn = match lock(&self.readers).pop() {
             Some(c) => c,
-            None => Self::connect(&self.path, self.options.synchronous)?,
+            None => Self::connect_raw(&self.path, self.options.synchronous).map_err(|e| {
+                self.note_short_read(&e);
+                Error::sqlite(&self.path, e)
+            })?,
         };
         let out = f(&conn);
+        if let Err(e) = &out {
+            self.note_short_read(e);
+        }
         if !self.closed.load(Ordering::Acquire) {
             lock(&self.readers).push(conn);
         }
@@ -358,7 +393,11 @@ impl SqliteBackend {
                 .filter(|r| r.is_none())
                 .for_each(|r| *r = Some(Err(e.clone())));
         };
-        if let Err(e) = self.ensure_open().and_then(|_| self.ensure_same_file()) {
+        if let Err(e) = self
+            .ensure_open()
+            .and_then(|_| self.ensure_same_file())
+            .and_then(|_| self.ensure_not_cut())
+        {
             fail_rest(&mut results, &e);
             return results.into_iter().flatten().collect();
         }
@@ -427,7 +466,10 @@ impl SqliteBackend {
         active: &[usize],
     ) -> std::result::Result<Vec<WriteOut>, Failure> {
         let path = &self.path;
-        let batch = |e: rusqlite::Error| Failure::Batch(Error::sqlite(path, e));
+        let batch = |e: rusqlite::Error| {
+            self.note_short_read(&e);
+            Failure::Batch(Error::sqlite(path, e))
+        };
         conn.execute_batch("BEGIN IMMEDIATE").map_err(batch)?;
         index.refresh(conn).map_err(batch)?;
         let mut outs = Vec::with_capacity(active.len());
@@ -1076,6 +1118,37 @@ mod tests {
         std::fs::remove_file(dir.path().join("state.db")).unwrap();
         let err = append(&db, "s", 1).unwrap_err();
         assert!(err.to_string().contains("deleted or replaced"), "{err}");
+    }
+
+    #[test]
+    fn a_cut_wal_refuses_commits_and_the_database_stays_sound() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        create(&db, "s");
+        append(&db, "s", 3).unwrap();
+        let wal = dir.path().join("state.db-wal");
+        std::fs::File::options()
+            .write(true)
+            .open(&wal)
+            .unwrap()
+            .set_len(1000)
+            .unwrap();
+        // A new reader connection finds the hole...
+        lock(&db.readers).clear();
+        assert!(db.messages("s", false).is_err());
+        // ...and from then on nothing is committed after it.
+        let err = append(&db, "s", 1).unwrap_err();
+        assert!(err.to_string().contains("was cut while open"), "{err}");
+        db.close();
+        // What was only in the WAL is lost (the fault), but the file is sound.
+        let again = open(&dir);
+        let check: String = again
+            .read(|c| c.query_row("PRAGMA integrity_check", [], |r| r.get(0)))
+            .unwrap();
+        assert_eq!(check, "ok");
+        create(&again, "t");
+        append(&again, "t", 2).unwrap();
+        assert_eq!(again.message_count("t").unwrap(), Some(2));
     }
 
     #[test]

@@ -1,0 +1,809 @@
+"""Scale workloads (SPEC §9, issue [E]): full-text search over 1M messages, and
+a database growing from 1 to 100,000 sessions. Ours vs hermes-agent 0.19.0,
+side by side in one run.
+
+    python benches/scale.py [--quick] [--sync FULL] [--parts search,growth]
+
+1. **search**: one ``state.db`` of 1,000,000 messages (``benches/workload.py``,
+   ~600 B each) over 1,000 sessions, written by our ``SessionDB.append_messages``
+   (one call of 1,000 messages per session, ``synchronous=NORMAL``). The file
+   is closed, its FTS index checked complete (rows in ``messages_fts`` =
+   rows in ``messages``), reopened, then copied for hermes-agent, so both
+   search the same bytes. 200 queries of five kinds, ``limit=20``: ours
+   ``SessionDB.search_messages(q)``, hermes-agent's
+   ``hermes_state.SessionDB(path).search_messages(q)`` in the peer venv.
+   The OpenAI Agents SDK session and LangGraph's checkpointer have no search.
+2. **growth**: two files grown to 1, 100, 1k, 10k, 100k sessions (a 100-message
+   probe session, then sessions of 10 messages), ours and one created by
+   hermes-agent (so it carries its own schema: trigram index and triggers).
+   Both are grown by OUR bulk writer: hermes-agent writes ~1k msg/s, so 1M
+   rows of its own would take ~20 minutes; the rows are the same either way.
+   At each checkpoint each system opens its file and measures p50 of: a
+   20-message flush into a fresh session (``AIAgent._flush_messages_to_session_db``
+   as ``benches/driver.py`` drives it), loading the 100-message transcript,
+   the live ``message_count`` read, and the first page of the session list.
+
+Every system runs in its own process (ours in this interpreter, hermes-agent in
+``benches/.peers/venv``); timing is ``perf_counter_ns`` inside that process.
+Writes ``benches/results/scale.json`` (``--out``), prints the Markdown section
+that ``benches/report.py`` includes in BENCHMARKS.md, and draws
+``benches/plots/scale_vs_sessions.png`` with the peer venv's matplotlib.
+``--quick``: 100k messages and up to 10k sessions (~1 minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import json
+import math
+import os
+import random
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import workload  # noqa: E402
+
+ns = time.perf_counter_ns
+RESULTS = HERE / "results" / "scale.json"
+PLOT = HERE / "plots" / "scale_vs_sessions.png"
+
+#: The query kinds, in report order, with the number of queries of each (200 in all).
+KINDS = {"common": 45, "rare": 45, "phrase": 45, "prefix": 45, "cjk": 20}
+KIND_LABEL = {
+    "common": "common word",
+    "rare": "rare token (one tool-call id)",
+    "phrase": "two-word phrase",
+    "prefix": "prefix (3 letters + *)",
+    "cjk": "CJK word (2 characters)",
+}
+#: Growth measurements, in report order.
+OPS = {
+    "flush": "20-message flush into a fresh session",
+    "load": "load the 100-message transcript",
+    "count": "live message_count read",
+    "list": "session list, first page (20)",
+    "list_active": "session list by last activity (hermes-agent only)",
+}
+NAME = {"hermes": "hermes", "upstream": "hermes-agent"}
+PROBE = "probe"  # the 100-message session every checkpoint loads
+
+
+def plan(quick: bool) -> dict[str, Any]:
+    """Sizes and per-measurement time budgets. Quick keeps the shapes."""
+    if quick:
+        return {
+            "search": {"messages": 100_000, "sessions": 100, "budget_s": 10},
+            "growth": {
+                "checkpoints": [1, 100, 1000, 10_000], "per_session": 10, "probe": 100,
+                "flushes": 10, "loads": 20, "counts": 500, "lists": 20, "budget_s": 3,
+            },
+        }
+    return {
+        "search": {"messages": 1_000_000, "sessions": 1000, "budget_s": 25},
+        "growth": {
+            "checkpoints": [1, 100, 1000, 10_000, 100_000], "per_session": 10, "probe": 100,
+            "flushes": 20, "loads": 30, "counts": 1000, "lists": 30, "budget_s": 6,
+        },
+    }
+
+
+# -- the queries (the same list for both systems) ----------------------------
+
+
+def search_queries(total: int, seed: int = 7) -> dict[str, list[str]]:
+    """Deterministic queries over the workload's text, ``KINDS[k]`` of each kind.
+
+    Words come from the transcript's own texts, so every query has matches.
+    The rare token is the number in a tool-call id (``call_00012345``): the
+    tokenizer splits it off, and it occurs in exactly one message."""
+    rng = random.Random(seed)
+    texts = [workload.message(i)["content"] for i in range(workload.PERIOD)]
+    words = [[w for w in t.split() if w.isascii() and w.isalpha()] for t in texts]
+    freq = Counter(w for ws in words for w in ws)
+    pairs = Counter(p for ws in words for p in set(zip(ws, ws[1:])))
+    common = [w for w, _ in freq.most_common(KINDS["common"])]
+    phrases = sorted(p for p, n in pairs.items() if n >= 3)
+    prefixes = sorted({w[:3] for w in freq if len(w) >= 5})
+    return {
+        "common": common,
+        "rare": [f"{k:08d}" for k in rng.sample(range(total // 3), KINDS["rare"])],
+        "phrase": [f'"{a} {b}"' for a, b in rng.sample(phrases, KINDS["phrase"])],
+        "prefix": [f"{p}*" for p in cycle(prefixes, KINDS["prefix"], rng)],
+        "cjk": cycle(["北京", "東京", "서울"], KINDS["cjk"], rng),
+    }
+
+
+def cycle(items: list[str], n: int, rng: random.Random) -> list[str]:
+    out = (items * (n // len(items) + 1))[:n]
+    rng.shuffle(out)
+    return out
+
+
+# -- worker side: runs in the measured system's own interpreter ---------------
+
+
+def timed(fn: Callable[[int], Any], n: int, budget_s: float, least: int = 3) -> dict[str, Any]:
+    """Calls ``fn(i)`` up to ``n`` times (at least ``least``, then until the
+    budget runs out); returns the nanosecond samples and the last value."""
+    gc.collect()
+    samples: list[int] = []
+    value = None
+    start = time.monotonic()
+    for i in range(n):
+        t0 = ns()
+        value = fn(i)
+        samples.append(ns() - t0)
+        if i + 1 >= least and time.monotonic() - start > budget_s:
+            break
+    return {"ns": samples, "capped": len(samples) < n, "value": value}
+
+
+class Worker:
+    """One system's side of the line protocol: each request names an op."""
+
+    def __init__(self, system: str, home: str) -> None:
+        os.environ["HERMES_HOME"] = home  # either program may write config or logs there
+        self.system = system
+
+    # ours only: the bulk writer
+    def build(self, path: str, messages: int, sessions: int) -> dict[str, Any]:
+        """Writes ``messages`` rows over ``sessions`` sessions, one
+        ``append_messages`` call per session. Only the store calls are timed
+        (generating the dicts is the workload's cost, not the store's)."""
+        from hermes.state import SessionDB
+
+        db = SessionDB(path, synchronous="NORMAL")
+        per = messages // sessions
+        spent = 0
+        wall = ns()
+        for s in range(sessions):
+            batch = workload.messages(s * per, (s + 1) * per)
+            t0 = ns()
+            db.create_session(f"s{s:05d}", "cli")
+            db.append_messages(f"s{s:05d}", batch)
+            spent += ns() - t0
+        t0 = ns()
+        db.close()
+        close = ns() - t0
+        return {"messages": per * sessions, "store_s": (spent + close) / 1e9, "wall_s": (ns() - wall) / 1e9,
+                "close_s": close / 1e9, "bytes": Path(path).stat().st_size}
+
+    def grow(self, path: str, have: int, want: int, per_session: int, probe: int) -> dict[str, Any]:
+        """Grows the file from ``have`` to ``want`` sessions: first the probe
+        session, then sessions of ``per_session`` messages."""
+        from hermes.state import SessionDB
+
+        db = SessionDB(path, synchronous="NORMAL")
+        t0 = ns()
+        written = 0
+        for n in range(have, want):
+            sid, msgs = (PROBE, workload.messages(0, probe)) if n == 0 else (
+                f"grow-{n:06d}", workload.messages(n * per_session, (n + 1) * per_session))
+            db.create_session(sid, "cli")
+            db.append_messages(sid, msgs)
+            written += len(msgs)
+        db.close()
+        return {"messages": written, "seconds": (ns() - t0) / 1e9}
+
+    # hermes-agent only: a file with its own schema, for the growth part
+    def create(self, path: str) -> dict[str, Any]:
+        import hermes_state
+
+        hermes_state.SessionDB(Path(path)).close()
+        return {}
+
+    # both systems
+    def open_search(self, path: str, mode: str) -> tuple[Any, int]:
+        """The store to search, and how long opening it took (ns)."""
+        t0 = ns()
+        if self.system == "hermes":
+            from hermes.state import SessionDB
+
+            return SessionDB(path), ns() - t0
+        import hermes_state
+
+        if mode == "migrate":
+            # Its real first open of our file: rebuilds messages_fts and builds
+            # its trigram index over every row before returning.
+            return hermes_state.SessionDB(Path(path)), ns() - t0
+        db = hermes_state.SessionDB(Path(path), read_only=True)
+        # The read-only open skips its schema probe, which is what turns
+        # search on; the word index it would find is this file's. Our queries
+        # never take its trigram path (CJK runs of 3+ characters only).
+        db._fts_enabled = True
+        return db, ns() - t0
+
+    def search(self, path: str, queries: dict[str, list[str]], budget_s: float, mode: str) -> dict[str, Any]:
+        db, open_ns = self.open_search(path, mode)
+        out: dict[str, Any] = {"open_s": open_ns / 1e9, "kinds": {}}
+        try:
+            for kind, qs in queries.items():
+                db.search_messages(qs[0], limit=20)  # warm-up, untimed
+                ids: list[list[Any]] = []
+
+                def one(i: int, qs: list[str] = qs, ids: list[list[Any]] = ids) -> None:
+                    # Keeping the 20 ids (for the comparison) costs a microsecond.
+                    ids.append([hit["id"] for hit in db.search_messages(qs[i], limit=20)])
+
+                got = timed(one, len(qs), budget_s)
+                out["kinds"][kind] = {"ns": got["ns"], "capped": got["capped"], "ids": ids}
+        finally:
+            db.close()
+        return out
+
+    def checkpoint(self, path: str, sync: str, tag: str, probe: int, flushes: int, loads: int,
+                   counts: int, lists: int, budget_s: float) -> dict[str, Any]:
+        """One checkpoint of the growth part on this system's file."""
+        import driver
+
+        t0 = ns()
+        store = driver.SYSTEMS[self.system](Path(path), sync)
+        out: dict[str, Any] = {"open_s": (ns() - t0) / 1e9}
+        try:
+            sids = [f"flush-{tag}-{i}" for i in range(flushes)]
+            convs = [store.conversation(sid) for sid in sids]  # session rows beforehand, untimed
+            batches = [workload.messages(i * 20, i * 20 + 20) for i in range(flushes + 1)]
+            # Untimed warm-up of every call below: first-use imports and statements.
+            store.conversation(f"warm-{tag}").flush(batches[-1], batches[-1])
+            store.load(PROBE), store.count(PROBE)
+            for fn in self.listings(store).values():
+                fn(0)
+
+            def flush(i: int) -> None:
+                convs[i].flush(batches[i], batches[i])
+
+            got = timed(flush, flushes, budget_s)
+            out["flush"] = got["ns"]
+            out["flush_ok"] = all(store.count(sid) == 20 for sid in sids[: len(got["ns"])])
+            got = timed(lambda i: len(store.load(PROBE)), loads, budget_s)
+            out["load"], out["load_ok"] = got["ns"], got["value"] == probe
+            got = timed(lambda i: store.count(PROBE), counts, budget_s)
+            out["count"], out["count_ok"] = got["ns"], got["value"] == probe
+            for op, fn in self.listings(store).items():
+                got = timed(fn, lists, budget_s)
+                out[op], out[op + "_rows"] = got["ns"], got["value"]
+        finally:
+            store.close()
+        return out
+
+    def listings(self, store: Any) -> dict[str, Callable[[int], int]]:
+        """The session list a UI shows first: ours ``list_sessions``; hermes-agent's
+        ``list_sessions_rich`` (its only listing), by start time as ours, and by
+        last activity as its TUI and desktop pickers ask for it."""
+        if self.system == "hermes":
+            return {"list": lambda i: len(store.db.list_sessions(limit=20))}
+        return {
+            "list": lambda i: len(store.db.list_sessions_rich(limit=20)),
+            "list_active": lambda i: len(store.db.list_sessions_rich(limit=20, order_by_last_active=True)),
+        }
+
+
+def serve(system: str, home: str) -> None:
+    """Line protocol: one JSON request in (``{"op": ..., **kwargs}``), one JSON answer out."""
+    import driver
+
+    out = sys.stdout
+    sys.stdout = sys.stderr  # a chatty import must not corrupt the protocol
+    worker = Worker(system, home)
+    out.write(json.dumps(driver.describe(system)) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        req = json.loads(line)
+        op = req.pop("op")
+        if op == "quit":
+            break
+        try:
+            answer = getattr(worker, op)(**req)
+        except Exception as exc:  # a failing system is a finding, not a crash
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        out.write(json.dumps(answer) + "\n")
+        out.flush()
+
+
+# -- orchestrator side --------------------------------------------------------
+
+
+class Proc:
+    """A serving worker process for one system."""
+
+    def __init__(self, python: str, system: str, home: Path) -> None:
+        env = dict(os.environ)
+        if system != "hermes":
+            env.pop("PYTHONPATH", None)  # the peer venv must not see our packages
+        self.system = system
+        self.p = subprocess.Popen(
+            [python, str(Path(__file__).resolve()), "--serve", system, str(home)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=tempfile.gettempdir(),
+        )
+        self.info = self.read()
+
+    def read(self) -> dict[str, Any]:
+        line = self.p.stdout.readline()  # type: ignore[union-attr]
+        if not line:
+            raise RuntimeError(f"{self.system} worker exited (rc={self.p.wait()})")
+        return json.loads(line)  # type: ignore[no-any-return]
+
+    def send(self, op: str, **kwargs: Any) -> None:
+        self.p.stdin.write(json.dumps({"op": op, **kwargs}) + "\n")  # type: ignore[union-attr]
+        self.p.stdin.flush()  # type: ignore[union-attr]
+
+    def call(self, op: str, **kwargs: Any) -> dict[str, Any]:
+        self.send(op, **kwargs)
+        answer = self.read()
+        if "error" in answer:
+            raise RuntimeError(f"{self.system} {op}: {answer['error']}")
+        return answer
+
+    def close(self) -> None:
+        if self.p.poll() is None:
+            self.send("quit")
+            self.p.stdin.close()  # type: ignore[union-attr]
+        self.p.wait(timeout=60)
+
+
+def log(msg: str, started: float) -> None:
+    print(f"scale [{time.monotonic() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def index_state(path: Path, token: str) -> dict[str, Any]:
+    """Rows in ``messages`` and in its word index, and the hits for a token of
+    the last message written. Read with the stdlib's SQLite while no worker
+    has the file open (two SQLite copies must not share an open file)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+        try:  # the per-row size table of the index: one row per indexed document
+            indexed = conn.execute("SELECT COUNT(*) FROM messages_fts_docsize").fetchone()[0]
+        except sqlite3.OperationalError:
+            indexed = conn.execute("SELECT COUNT(*) FROM messages_fts").fetchone()[0]
+        hits = conn.execute("SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH ?", (token,)).fetchone()[0]
+    finally:
+        conn.close()
+    return {"messages": rows, "indexed": indexed, "last_token_hits": hits, "complete": rows == indexed and hits == 1}
+
+
+def fts_matches(path: Path, queries: dict[str, list[str]]) -> dict[str, int]:
+    """How many messages the first query of each kind matches in the word index."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return {
+            kind: conn.execute("SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH ?", (qs[0],)).fetchone()[0]
+            for kind, qs in queries.items()
+        }
+    finally:
+        conn.close()
+
+
+def settle() -> None:
+    """Lets the disk write back what a bulk phase left dirty, so that a
+    measured fsync does not wait for the unmeasured writes before it."""
+    os.sync()
+    time.sleep(1)
+
+
+def copy_db(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", "-wal"):
+        if Path(f"{src}{suffix}").exists():
+            shutil.copyfile(f"{src}{suffix}", f"{dst}{suffix}")
+
+
+def run_search(cfg: dict[str, Any], ours: Proc, peer: Proc | None, scratch: Path, mode: str,
+               started: float) -> dict[str, Any]:
+    path = scratch / "search" / "state.db"
+    path.parent.mkdir()
+    log(f"search: building {cfg['messages']:,} messages over {cfg['sessions']:,} sessions (ours)", started)
+    build = ours.call("build", path=str(path), messages=cfg["messages"], sessions=cfg["sessions"])
+    last = f"{(cfg['messages'] - 2) // 3:08d}"  # the call id of the last assistant message
+    check = index_state(path, last)
+    if not check["complete"]:
+        # A store that indexes after the commit catches up when it is opened:
+        # give it that chance once before searching.
+        ours.call("search", path=str(path), queries={}, budget_s=0, mode=mode)
+        check = index_state(path, last)
+    log(f"search: built in {build['store_s']:.1f}s, index {check}", started)
+    queries = search_queries(cfg["messages"])
+    out: dict[str, Any] = {
+        "config": cfg, "build": build, "index": check, "queries": queries,
+        "fts_matches": fts_matches(path, queries), "upstream_open": mode, "systems": {},
+    }
+    runs = {"hermes": (ours, path)}
+    if peer is not None:
+        copy = scratch / "search-upstream" / "state.db"
+        copy_db(path, copy)
+        runs["upstream"] = (peer, copy)
+    settle()
+    # One kind at a time, both systems back to back, who goes first alternating.
+    for k, (kind, qs) in enumerate(queries.items()):
+        order = list(runs) if k % 2 == 0 else list(reversed(runs))
+        for system in order:
+            proc, p = runs[system]
+            got = proc.call("search", path=str(p), queries={kind: qs}, budget_s=cfg["budget_s"], mode=mode)
+            sys_out = out["systems"].setdefault(system, {"open_s": got["open_s"], "kinds": {}})
+            sys_out["kinds"][kind] = got["kinds"][kind]
+            log(f"search: {kind:7s} {system:9s} {len(got['kinds'][kind]['ns'])} queries", started)
+    return summarize_search(out)
+
+
+def summarize_search(out: dict[str, Any]) -> dict[str, Any]:
+    """Per kind: latency summaries, hits per query, and how often both systems
+    returned the same 20 message ids (raw ids dropped)."""
+    import run
+
+    systems = out["systems"]
+    for kind in out["queries"]:
+        ours_ids = g(systems, "hermes", "kinds", kind, "ids") or []
+        for system, s in systems.items():
+            k = s["kinds"][kind]
+            ids = k.pop("ids")
+            k.update(run.summary(k.pop("ns")))
+            k["hits_mean"] = sum(map(len, ids)) / len(ids) if ids else 0
+            if system != "hermes":
+                pairs = list(zip(ours_ids, ids))
+                k["same_ids"] = sum(set(a) == set(b) for a, b in pairs)
+                k["compared"] = len(pairs)
+    return out
+
+
+def run_growth(cfg: dict[str, Any], sync: str, ours: Proc, grower: Proc, peer: Proc | None,
+               scratch: Path, started: float) -> dict[str, Any]:
+    paths = {"hermes": scratch / "growth" / "state.db", "upstream": scratch / "growth-upstream" / "state.db"}
+    for p in paths.values():
+        p.parent.mkdir()
+    workers = {"hermes": ours}
+    if peer is not None:
+        peer.call("create", path=str(paths["upstream"]))
+        workers["upstream"] = peer
+    out: dict[str, Any] = {"config": cfg, "sync": sync, "points": [], "grow_s": {}}
+    have = 0
+    for c, want in enumerate(cfg["checkpoints"]):
+        # Grow both files at once, each by its own process of ours (unmeasured).
+        growers = {"hermes": ours, "upstream": grower}
+        args = {"have": have, "want": want, "per_session": cfg["per_session"], "probe": cfg["probe"]}
+        for system in workers:
+            growers[system].send("grow", path=str(paths[system]), **args)
+        for system in workers:
+            got = growers[system].read()
+            if "error" in got:
+                raise RuntimeError(f"growing {system}'s file: {got['error']}")
+            out["grow_s"][system] = out["grow_s"].get(system, 0) + got["seconds"]
+        have = want
+        settle()
+        log(f"growth: {want:,} sessions, grown ({ {k: round(v, 1) for k, v in out['grow_s'].items()} } s so far)", started)
+        point: dict[str, Any] = {"sessions": want}
+        order = list(workers) if c % 2 == 0 else list(reversed(workers))
+        for system in order:
+            got = workers[system].call(
+                "checkpoint", path=str(paths[system]), sync=sync, tag=str(want), probe=cfg["probe"],
+                flushes=cfg["flushes"], loads=cfg["loads"], counts=cfg["counts"], lists=cfg["lists"],
+                budget_s=cfg["budget_s"],
+            )
+            point[system] = summarize_point(got)
+        log(f"growth: {want:,} sessions, measured", started)
+        out["points"].append(point)
+    out["bytes"] = {s: p.stat().st_size for s, p in paths.items() if s in workers}
+    return out
+
+
+def summarize_point(raw: dict[str, Any]) -> dict[str, Any]:
+    import run
+
+    out: dict[str, Any] = {"open_s": raw["open_s"]}
+    for op in OPS:
+        if op in raw:
+            out[op] = run.summary(raw[op])
+    out["ok"] = {k: raw[k] for k in ("flush_ok", "load_ok", "count_ok")}
+    out["list_rows"] = raw.get("list_rows")
+    return out
+
+
+def peers_python(given: str) -> str:
+    if given:
+        return given
+    proc = subprocess.run(["bash", str(HERE / "setup_peers.sh")], capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"peers: setup failed, hermes-agent skipped:\n{proc.stderr[-2000:]}", file=sys.stderr)
+        return ""
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="100k messages, up to 10k sessions")
+    ap.add_argument("--sync", default="FULL", choices=["FULL", "NORMAL"], help="synchronous for the growth part")
+    ap.add_argument("--parts", default="search,growth")
+    ap.add_argument("--upstream-open", default="readonly", choices=["readonly", "migrate"],
+                    help="how hermes-agent opens the search file (migrate: its real first open, "
+                         "which rebuilds both FTS indexes, ~2 min at 1M messages)")
+    ap.add_argument("--peers-python", default=os.environ.get("HERMES_PEERS_PYTHON", ""))
+    ap.add_argument("--out", type=Path, default=None, help="default benches/results/scale[-quick].json")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    ap.add_argument("--serve", nargs=2, metavar=("SYSTEM", "HOME"), help=argparse.SUPPRESS)
+    ap.add_argument("--plot", nargs=2, metavar=("JSON", "PNG"), help="only draw the plot of a results file")
+    args = ap.parse_args()
+    if args.serve:
+        serve(*args.serve)
+        return 0
+    if args.plot:
+        plot(json.loads(Path(args.plot[0]).read_text()), Path(args.plot[1]))
+        return 0
+
+    import run
+
+    started = time.monotonic()
+    cfg = plan(args.quick)
+    parts = [p for p in args.parts.split(",") if p]
+    peers = peers_python(args.peers_python)
+    scratch = Path(tempfile.mkdtemp(prefix="hermes-scale-"))
+    doc: dict[str, Any] = {
+        "bench": "scale",
+        "kind": "quick" if args.quick else "full",
+        "command": " ".join(["python", "benches/scale.py", *sys.argv[1:]]),
+        "utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": run.machine(scratch),
+        "code": run.code_identity(sys.executable),
+        "loadavg_start": run.loadavg(),
+    }
+    procs: list[Proc] = []
+    try:
+        ours = Proc(sys.executable, "hermes", scratch / "home-hermes")
+        procs.append(ours)
+        peer = Proc(peers, "upstream", scratch / "home-upstream") if peers else None
+        if peer:
+            procs.append(peer)
+        doc["workers"] = {p.system: p.info for p in procs}
+        if "search" in parts:
+            doc["search"] = run_search(cfg["search"], ours, peer, scratch, args.upstream_open, started)
+        if "growth" in parts:
+            grower = Proc(sys.executable, "hermes", scratch / "home-grower")
+            procs.append(grower)
+            doc["growth"] = run_growth(cfg["growth"], args.sync, ours, grower, peer, scratch, started)
+    finally:
+        for p in procs:
+            p.close()
+        if args.keep:
+            print(f"scale: scratch kept in {scratch}", file=sys.stderr)
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+    doc["loadavg_end"] = run.loadavg()
+    doc["code"]["core_sha256_end"] = run.code_identity(sys.executable)["core_sha256"]
+    doc["wall_s"] = round(time.monotonic() - started, 1)
+    out = (args.out or RESULTS.with_name("scale-quick.json" if args.quick else "scale.json")).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc["results_file"] = os.path.relpath(out, ROOT)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    png = PLOT.with_name("scale_vs_sessions-quick.png") if args.quick else PLOT
+    if "growth" in doc and peers:
+        subprocess.run([peers, str(Path(__file__).resolve()), "--plot", str(out), str(png)], check=False)
+    print(render(doc, str(png.relative_to(ROOT)) if png.exists() else None))
+    print(f"\nscale: wrote {out} ({doc['wall_s']} s)", file=sys.stderr)
+    return 0
+
+
+# -- rendering (stdlib only: benches/report.py imports this module) ------------
+
+
+def g(d: Any, *keys: Any) -> Any:
+    for k in keys:
+        d = d.get(k) if isinstance(d, dict) else None
+    return d
+
+
+def fmt_ms(x: Any) -> str:
+    if not isinstance(x, (int, float)) or math.isnan(x):
+        return "—"
+    if x >= 100:
+        return f"{x:,.0f} ms"
+    if x >= 1:
+        return f"{x:.2f} ms"
+    return f"{x * 1000:.1f} µs"
+
+
+def times(a: Any, b: Any) -> str:
+    ok = all(isinstance(x, (int, float)) and x > 0 for x in (a, b))
+    return f"{a / b:.1f}×" if ok else "—"
+
+
+def shape(sessions: list[int], values: list[Any]) -> str:
+    """Flat or growing: the least-squares slope of log p50 against log
+    sessions over all checkpoints (0 = O(new), 1 = O(total)); a fit, so one
+    noisy checkpoint does not decide it. Also the change over the last step,
+    where a cost proportional to the database shows most plainly."""
+    raw = [(s, v) for s, v in zip(sessions, values) if isinstance(v, (int, float)) and v > 0]
+    pts = [(math.log(s), math.log(v)) for s, v in raw]
+    if len(pts) < 2:
+        return "—"
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    k = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    kind = "flat: O(new)" if k < 0.1 else ("O(total)" if k > 0.6 else "grows slowly")
+    (s0, v0), (s1, v1) = raw[-2:]
+    return f"{kind} (slope {k:.2f}; ×{v1 / v0:.1f} from {s0:,} to {s1:,})"
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|",
+            *("| " + " | ".join(r) + " |" for r in rows), ""]
+
+
+def render(doc: dict[str, Any], plot_path: str | None = None) -> str:
+    """The Markdown section for BENCHMARKS.md (``plot_path`` relative to it)."""
+    m = doc.get("machine", {})
+    code = doc.get("code", {})
+    title = []
+    if "search" in doc:
+        title.append(f"search over {g(doc, 'search', 'index', 'messages') or 0:,} messages")
+    if "growth" in doc:
+        n = [p["sessions"] for p in doc["growth"]["points"]] or [0]
+        title.append(f"{n[0]:,} → {n[-1]:,} sessions")
+    lines = [
+        f"## Scale: {', '.join(title)} (issue [E])",
+        "",
+        f"A separate run: `{doc['command']}` ({doc['kind']}) at {doc['utc']}, {doc['wall_s']:.0f} s wall, "
+        f"commit `{code.get('commit', '?')}`{' (uncommitted changes)' if code.get('dirty') else ''}, "
+        f"{m.get('nproc', '?')} cores, load average {g(doc, 'loadavg_start') or ['?']} → "
+        f"{g(doc, 'loadavg_end') or ['?']} (1, 5, 15 min). Results file: `{doc.get('results_file', 'benches/results/scale.json')}`. "
+        "Ours and hermes-agent 0.19.0 each in its own process; ratios are hermes-agent ÷ hermes "
+        "(> 1: we are faster).",
+        "",
+    ]
+    if "search" in doc:
+        lines += render_search(doc["search"])
+    if "growth" in doc:
+        lines += render_growth(doc["growth"], plot_path)
+    return "\n".join(lines)
+
+
+def render_search(s: dict[str, Any]) -> list[str]:
+    cfg, b, idx = s["config"], s["build"], s["index"]
+    ours, up = g(s, "systems", "hermes") or {}, g(s, "systems", "upstream") or {}
+    open_note = (
+        "opened read-only with its search flag set (its read-write first open of a file we wrote would "
+        "rebuild `messages_fts` and build its trigram index over every row, a one-off migration)"
+        if s["upstream_open"] == "readonly"
+        else f"opened read-write, its real first open, which rebuilt both FTS indexes: {g(up, 'open_s') or 0:.0f} s"
+    )
+    lines = [
+        f"### Full-text search over {idx['messages']:,} messages",
+        "",
+        f"One file: {idx['messages']:,} messages (~600 B each, `benches/workload.py`) over "
+        f"{cfg['sessions']:,} sessions, {b['bytes'] / 1e9:.2f} GB, written by our `append_messages` "
+        f"(one call per session, `synchronous=NORMAL`) in {b['store_s']:.1f} s of store time: "
+        f"**{b['messages'] / b['store_s']:,.0f} msg/s** (informative). Then closed; its word index "
+        f"holds {idx['indexed']:,} rows for {idx['messages']:,} messages "
+        f"({'complete' if idx['complete'] else '**INCOMPLETE**'}). hermes-agent searches a byte copy, "
+        f"{open_note}. Queries of each kind differ (the table shows one); `limit=20`; one "
+        "untimed warm-up query per kind; both files sit in the page cache.",
+        "",
+    ]
+    rows = []
+    for kind, qs in s["queries"].items():
+        h, u = g(ours, "kinds", kind) or {}, g(up, "kinds", kind) or {}
+        same = f"{u['same_ids']}/{u['compared']}" if "compared" in u else "—"
+        rows.append([
+            KIND_LABEL[kind], f"`{qs[0]}`", f"{s['fts_matches'].get(kind, 0):,}",
+            f"{fmt_ms(h.get('p50_ms'))} / {fmt_ms(h.get('p90_ms'))} ({h.get('n', 0)})",
+            f"{fmt_ms(u.get('p50_ms'))} / {fmt_ms(u.get('p90_ms'))} ({u.get('n', 0)})",
+            times(u.get("p50_ms"), h.get("p50_ms")), same, "n/a", "n/a",
+        ])
+    lines += table(
+        ["query kind", "e.g.", "FTS matches", "hermes p50 / p90 (n)", "hermes-agent p50 / p90 (n)",
+         "hermes-agent ÷ hermes", "same 20 ids", "OpenAI SQLiteSession", "LangGraph"],
+        rows,
+    )
+    lines += [
+        "*Same 20 ids*: queries for which both returned the same set of message ids. What differs "
+        "between the two `search_messages`:",
+        "",
+        "* Both run `messages_fts MATCH ? ORDER BY rank LIMIT 20` on the same word index (unicode61: "
+        "content, tool name and tool-call JSON). Ours passes FTS5 syntax through and raises `ValueError` "
+        "on a malformed query; hermes-agent first rewrites the query (drops unmatched `\"(){}:^+`, quotes "
+        "dotted or hyphenated terms, strips dangling AND/OR/NOT), so some inputs mean different things.",
+        "* hermes-agent returns a 40-token snippet plus one message of context before and after each hit "
+        "(two more queries per hit) and drops the content; ours returns the row with its content, session "
+        "source and title, and a 12-token snippet. It also keeps compaction-archived rows "
+        "(`active = 1 OR compacted = 1`); ours searches active rows.",
+        "* CJK: hermes-agent sends any query with CJK characters elsewhere: 3+ characters per token to its "
+        "trigram table (`messages_fts_trigram`, which our files lack until it opens them read-write once), "
+        "shorter ones to `LIKE '%…%'` over content, tool name and tool calls, ordered by timestamp (a scan, "
+        "no rank, rewound rows included). Ours matches unicode61 tokens: `北京` finds the token `北京`, "
+        "not the substring of `北京市`.",
+        "",
+    ]
+    return lines
+
+
+def render_growth(gr: dict[str, Any], plot_path: str | None) -> list[str]:
+    cfg, pts = gr["config"], gr["points"]
+    sessions = [p["sessions"] for p in pts]
+    has_up = any("upstream" in p for p in pts)
+    grow = ", ".join(f"{NAME[k]}'s {v:.0f} s" for k, v in gr.get("grow_s", {}).items())
+    lines = [
+        f"### Database growth: {sessions[0]:,} → {sessions[-1]:,} sessions (synchronous={gr['sync']})",
+        "",
+        f"Two files, each grown to each checkpoint by our bulk writer ({cfg['per_session']} messages per "
+        f"session, plus the {cfg['probe']}-message probe session; unmeasured, {grow}): ours, and one "
+        "created by hermes-agent so it has its own schema (its trigram index is filled too). hermes-agent "
+        "writes ~1k msg/s, so growing its file to 1M messages itself would take ~20 minutes; the rows are "
+        f"the same. At a checkpoint each system opens its file and measures p50 of: {cfg['flushes']} "
+        "20-message flushes, each into a fresh session (`AIAgent._flush_messages_to_session_db`, session "
+        "row created beforehand), loading the probe transcript (`get_messages_as_conversation`), the live "
+        "count (ours `message_count`, hermes-agent `get_session()['message_count']`, what its gateway "
+        "reads), and the first page of 20 sessions (ours `list_sessions`, hermes-agent `list_sessions_rich`, "
+        "newest first; it adds a preview and last activity per row). *Shape*: the least-squares slope of "
+        "log p50 against log sessions (0: the cost does not depend on the database, O(new); 1: proportional "
+        "to it, O(total)). Each call is warmed up once, untimed. "
+        "The measurement's own flush sessions add a few sessions per checkpoint.",
+        "",
+    ]
+    header = ["operation", "system"] + [f"{n:,}" for n in sessions] + ["shape"]
+    rows = []
+    for op, label in OPS.items():
+        for system in ("hermes", "upstream"):
+            vals = [g(p, system, op, "p50_ms") for p in pts]
+            if not any(isinstance(v, (int, float)) for v in vals):
+                continue
+            rows.append([label, NAME[system]] + [fmt_ms(v) for v in vals] + [shape(sessions, vals)])
+    lines += ["p50 at each number of sessions:", ""] + table(header, rows)
+    if has_up:
+        rows = []
+        for op in ("flush", "load", "count", "list"):
+            rows.append([OPS[op]] + [times(g(p, "upstream", op, "p50_ms"), g(p, "hermes", op, "p50_ms")) for p in pts])
+        lines += ["hermes-agent ÷ hermes:", ""] + table(["operation"] + [f"{n:,}" for n in sessions], rows)
+    bad = [f"{p['sessions']:,} {s}: {k}" for p in pts for s in ("hermes", "upstream")
+           for k, v in (g(p, s, "ok") or {}).items() if v is False]
+    opens = ", ".join(f"{fmt_ms(1000 * g(p, 'upstream', 'open_s'))}" for p in pts if g(p, "upstream", "open_s"))
+    lines += [
+        f"Checks (flushed rows counted, loaded length, count value): {'all ok' if not bad else 'FAILED: ' + '; '.join(bad)}. "
+        f"File sizes at the end: {', '.join(f'{NAME[k]} {v / 1e9:.2f} GB' for k, v in gr.get('bytes', {}).items())}. "
+        + (f"hermes-agent's open (untimed above) at each checkpoint: {opens}." if opens else ""),
+        "",
+    ]
+    if plot_path:
+        lines += [f"![scale_vs_sessions]({plot_path})", ""]
+    return lines
+
+
+def plot(doc: dict[str, Any], out: Path) -> None:
+    """p50 of each growth measurement against the number of sessions."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = doc["growth"]["points"]
+    fig, ax = plt.subplots(figsize=(11, 5))
+    for c, op in enumerate(OPS):
+        for system, style, name in (("hermes", "-o", "hermes"), ("upstream", "--s", "hermes-agent")):
+            xy = [(p["sessions"], g(p, system, op, "p50_ms")) for p in pts if g(p, system, op, "p50_ms")]
+            if xy:
+                ax.plot(*zip(*xy), style, color=f"C{c}", label=f"{name}: {OPS[op]}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("sessions in state.db")
+    ax.set_ylabel("p50 (ms)")
+    ax.set_title(f"Latency vs number of sessions, synchronous={doc['growth']['sync']} "
+                 "(solid: hermes, dashed: hermes-agent 0.19.0)", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
