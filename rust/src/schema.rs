@@ -180,9 +180,13 @@ CREATE INDEX IF NOT EXISTS idx_messages_session_order ON messages(session_id, ac
 
 /// The word index over content, tool name and tool calls, kept in sync by
 /// triggers for every writer. Our own writer connection runs with triggers
-/// disabled and executes the insert trigger's statement itself, set-based,
-/// in the same transaction (`SqliteBackend::index_rows`); it never updates
-/// or deletes message rows.
+/// disabled and indexes its rows itself with the insert trigger's text,
+/// set-based, right after the commit (`store/search_index.rs`); it never
+/// updates or deletes message rows.
+///
+/// Ours: `hermes_fts_pending` holds the id ranges of message rows committed
+/// but not indexed yet, written in the same transaction as the rows; the
+/// indexer removes a range in the transaction that indexes it.
 const FTS: &str = r#"
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(content);
 
@@ -200,6 +204,11 @@ CREATE TRIGGER IF NOT EXISTS messages_fts_update AFTER UPDATE ON messages BEGIN
     INSERT INTO messages_fts(rowid, content) VALUES (new.id,
         COALESCE(new.content, '') || ' ' || COALESCE(new.tool_name, '') || ' ' || COALESCE(new.tool_calls, ''));
 END;
+
+CREATE TABLE IF NOT EXISTS hermes_fts_pending (
+    first_id INTEGER NOT NULL,
+    last_id INTEGER NOT NULL
+);
 "#;
 
 /// How hard a commit pushes to disk.
@@ -220,7 +229,7 @@ impl Synchronous {
         }
     }
 
-    fn pragma(self) -> &'static str {
+    pub fn pragma(self) -> &'static str {
         match self {
             Self::Full => "FULL",
             Self::Normal => "NORMAL",

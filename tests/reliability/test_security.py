@@ -267,9 +267,14 @@ REVIEWED_SQL_FORMATS = {
     ("sqlite.rs", "INSERT INTO sessions ({}) VALUES ({}) ON CONFLICT(id) {on_conflict}"):
         "checked column names; '?' placeholders; the clause above",
     ("sqlite.rs", "{} = ?"): "a column name that passed checked_column",
-    ("sqlite.rs", "INSERT INTO {table}(rowid, content) SELECT id, COALESCE(content, '') || ' ' "
-                  "|| COALESCE(tool_name, '') || ' ' || COALESCE(tool_calls, '') FROM messages "
-                  "WHERE id BETWEEN ?1 AND ?2"): "a table name from the constant KNOWN_INDEXES",
+    ("search_index.rs", "INSERT INTO {table}(rowid, content) SELECT id, {INDEXED_TEXT} FROM messages "
+                        "WHERE id BETWEEN ?1 AND ?2"):
+        "a table name from the constant KNOWN_INDEXES; the constant INDEXED_TEXT",
+    ("search_index.rs", "INSERT INTO {table}(rowid, content) SELECT id, {INDEXED_TEXT} FROM messages "
+                        "WHERE id BETWEEN ?1 AND ?2 AND EXISTS (SELECT 1 FROM hermes_fts_pending p "
+                        "WHERE messages.id BETWEEN p.first_id AND p.last_id) AND id NOT IN "
+                        "(SELECT rowid FROM {table} WHERE rowid BETWEEN ?1 AND ?2)"):
+        "a table name from the constant KNOWN_INDEXES; the constant INDEXED_TEXT",
     ("sqlite.rs", "UPDATE sessions SET {} WHERE id = ?"): "the joined '<column> = ?' list",
     ("sqlite.rs", "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1 ORDER BY id"):
         "a constant column list",

@@ -20,6 +20,7 @@ The file-level classification of each failure (which exception, which words) is 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -35,7 +36,7 @@ from hermes.errors import StateDbError
 from hermes.state import SessionDB
 
 from .faults import fill, immutable
-from .harness import consistency_problems, entry_for, hermes_cli, launch, post
+from .harness import consistency_problems, entry_for, hermes_cli, launch, post, wait_until_indexed
 from .rounds_agent import marker
 
 A = ["user a", "call a r0", "result a r0", "done a"]
@@ -259,23 +260,29 @@ async def test_replaced_by_something_that_is_not_a_database(tmp_path: Path) -> N
 @pytest.mark.asyncio
 async def test_wal_truncated_after_a_crash(tmp_path: Path) -> None:
     """kill -9, then the WAL loses its tail (a torn write): the transactions in the lost tail
-    vanish whole, everything before them stays, and the counters agree with the rows."""
+    vanish whole, everything before them stays, and the counters agree with the rows.
+
+    The cut lands inside the last turn's first transactions: the WAL's very end may hold
+    only the indexer's commits (search index pages, written just after the turn's)."""
     home, db_path = tmp_path / "home", tmp_path / "state.db"
+    wal = sidecars(db_path)[0]
     gateway = launch(home, db_path)
     try:
         async with aiohttp.ClientSession() as http:
             for n in range(3):
+                if n == 2:
+                    await asyncio.to_thread(wait_until_indexed, db_path)
+                    last_turn_starts = wal.stat().st_size
                 await post(http, gateway, "w", f"turn w{n} rounds=2")
         assert gateway.process is not None
         gateway.process.send_signal(signal.SIGKILL)
         gateway.process.wait()
     finally:
         gateway.kill()
-    wal = sidecars(db_path)[0]
     size = wal.stat().st_size
-    assert size > 10_000, "the WAL was checkpointed away; nothing to truncate"
-    os.truncate(wal, size - 6000)  # mid-frame, inside the last transactions
-    problems = consistency_problems(db_path)
+    assert size > last_turn_starts + 10_000, "the WAL was checkpointed away; nothing to truncate"
+    os.truncate(wal, last_turn_starts + 6000)  # mid-frame, inside the last turn's transactions
+    problems = consistency_problems(db_path, after_crash=True)
     assert problems == [], problems
     with SessionDB(db_path) as db:
         entry = entry_for(db, "w")
@@ -290,12 +297,21 @@ async def test_wal_truncated_after_a_crash(tmp_path: Path) -> None:
 
 @pytest.mark.asyncio
 async def test_wal_truncated_under_a_running_gateway(tmp_path: Path) -> None:
-    """The WAL cut while the gateway has it open. What was only in the WAL is gone (that is
-    the fault); held: the reads fail with an error naming the file, the user is told, the
-    gateway stops cleanly, and the next start has a consistent database to go on with."""
+    """The WAL cut while the gateway has it open and idle. What was only in the WAL is gone
+    (that is the fault); held: the reads fail with an error naming the file, the user is told,
+    the gateway stops cleanly, and the next start has a consistent database to go on with.
+
+    Idle includes its indexer, which writes a few milliseconds after each turn's commits: a
+    write into a WAL cut under it (ours or any other program's) leaves frames behind a hole
+    that the next checkpoint copies into the file, so no writer survives that cut."""
     home, db_path = tmp_path / "home", tmp_path / "state.db"
     wal = sidecars(db_path)[0]
-    replies, log = await faulted_turns(home, db_path, lambda: os.truncate(wal, 1000))
+
+    def cut_when_idle() -> None:
+        wait_until_indexed(db_path)
+        os.truncate(wal, 1000)
+
+    replies, log = await faulted_turns(home, db_path, cut_when_idle)
     assert all(status == 200 for status, _ in replies)
     assert not any(reply and reply.startswith("done ") for _, reply in replies), replies
     assert any(str(db_path) in line and "error" in line.lower() for line in log.splitlines())

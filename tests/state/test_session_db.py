@@ -525,6 +525,9 @@ def test_message_count_and_foreign_commit_detection(db_path: Path) -> None:
     a.append_message("s1", "user", "own write")
     assert a.foreign_commit_since_last_look() is False
     b.append_message("s1", "user", "other connection")
+    # b indexes its row right after the commit, in a commit of its own: let it finish, so
+    # that the one foreign write is seen exactly once.
+    assert b.search_messages("connection")
     assert a.foreign_commit_since_last_look() is True
     assert a.foreign_commit_since_last_look() is False
     assert a.message_count("s1") == 2 and b.message_count("s1") == 2

@@ -9,6 +9,7 @@
 //! instead of being capped at one fsync per write.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use crate::error::Result;
 
@@ -19,6 +20,7 @@ struct Slot<T> {
 struct Queue<J, T> {
     pending: Vec<(J, Arc<Slot<T>>)>,
     leader_active: bool,
+    last_batch_end: Option<Instant>,
 }
 
 pub struct GroupCommit<J, T> {
@@ -38,6 +40,7 @@ impl<J, T> Default for GroupCommit<J, T> {
             queue: Mutex::new(Queue {
                 pending: Vec::new(),
                 leader_active: false,
+                last_batch_end: None,
             }),
             finished: Condvar::new(),
         }
@@ -65,10 +68,34 @@ impl<J, T> GroupCommit<J, T> {
                 self.lead(batch, &commit);
                 queue = relock(self.queue.lock());
                 queue.leader_active = false;
+                queue.last_batch_end = Some(Instant::now());
                 self.finished.notify_all();
                 continue;
             }
             queue = self.wait(queue);
+        }
+    }
+
+    /// Waits until no batch has been committing or queued for `quiet`, or
+    /// until `limit` has passed: background work that shares the writer goes
+    /// after a burst of writes (a caller flushing again and again), yet a
+    /// steady stream of them cannot starve it.
+    pub fn wait_quiet(&self, quiet: Duration, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let mut queue = relock(self.queue.lock());
+        loop {
+            let now = Instant::now();
+            let busy = queue.leader_active || !queue.pending.is_empty();
+            let quiet_at = queue.last_batch_end.map_or(now, |end| end + quiet);
+            if (!busy && quiet_at <= now) || now >= deadline {
+                return;
+            }
+            let until = if busy {
+                deadline
+            } else {
+                quiet_at.min(deadline)
+            };
+            queue = relock(self.finished.wait_timeout(queue, until - now)).0;
         }
     }
 
@@ -134,6 +161,42 @@ mod tests {
             gc.submit(3, |jobs| jobs.iter().map(|&j| Ok(j)).collect())
                 .unwrap(),
             3
+        );
+    }
+
+    #[test]
+    fn wait_quiet_waits_past_the_batch_in_progress_but_no_longer_than_its_limit() {
+        let gc: Arc<GroupCommit<u8, u8>> = Arc::new(GroupCommit::default());
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let leader = std::thread::spawn({
+            let gc = Arc::clone(&gc);
+            move || {
+                gc.submit(1, |jobs| {
+                    started_tx.send(()).unwrap();
+                    std::thread::sleep(Duration::from_millis(60));
+                    jobs.iter().map(|&j| Ok(j)).collect()
+                })
+            }
+        });
+        started_rx.recv().unwrap();
+        let start = Instant::now();
+        let quiet = Duration::from_millis(30);
+        gc.wait_quiet(quiet, Duration::from_millis(5));
+        assert!(
+            start.elapsed() < Duration::from_millis(40),
+            "waited past its limit"
+        );
+        gc.wait_quiet(quiet, Duration::from_secs(5));
+        assert!(
+            start.elapsed() >= Duration::from_millis(60) + quiet,
+            "did not wait for the batch and the quiet after it"
+        );
+        assert_eq!(leader.join().unwrap().unwrap(), 1);
+        let start = Instant::now();
+        gc.wait_quiet(Duration::ZERO, Duration::from_secs(5));
+        assert!(
+            start.elapsed() < Duration::from_millis(20),
+            "waited while idle"
         );
     }
 }

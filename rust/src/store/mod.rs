@@ -5,6 +5,8 @@
 //! [`Backend`] and plugs into `py_store::Store` without touching Python.
 
 mod group_commit;
+mod indexer;
+mod search_index;
 mod sqlite;
 
 pub use sqlite::{Options, SqliteBackend};

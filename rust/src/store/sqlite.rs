@@ -1,5 +1,6 @@
 //! The SQLite backend: one writer connection fed by group commit, a pool of
-//! reader connections, and whole-transaction retry with jitter on contention.
+//! reader connections, whole-transaction retry with jitter on contention, and
+//! a background indexer that fills the search indexes right after a commit.
 
 use std::collections::HashMap;
 use std::fs::OpenOptions;
@@ -10,10 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Statement};
 
 use super::group_commit::GroupCommit;
+use super::indexer::{Indexer, Step};
+use super::search_index::IndexPlan;
 use super::{Backend, Page, WriteOp, WriteOut};
 use crate::error::{Error, Result, StorageKind};
 use crate::model::{NewMessage, Table, Value, MESSAGE_COLUMNS};
@@ -48,9 +50,11 @@ pub struct SqliteBackend {
     path: PathBuf,
     options: Options,
     file_id: FileId,
-    writer: Mutex<Option<Writer>>,
+    /// Shared with the indexer thread, which takes the writer between batches.
+    writer: Arc<Mutex<Option<Writer>>>,
     readers: Mutex<Vec<Connection>>,
-    commits: GroupCommit<WriteOp, WriteOut>,
+    commits: Arc<GroupCommit<WriteOp, WriteOut>>,
+    indexer: Indexer,
     session_columns: Vec<String>,
     closed: AtomicBool,
     /// A read came up short: a file was cut under us (typically the WAL).
@@ -66,24 +70,43 @@ struct Writer {
     conn: Connection,
     data_version: i64,
     index: IndexPlan,
+    /// The connection's `synchronous` level now: the indexer lowers it for
+    /// its own transactions, and a write puts the configured one back.
+    synchronous: Synchronous,
 }
 
-/// The search indexes this connection fills itself, and the triggers it runs.
-///
-/// Left to the schema's per-row insert triggers, FTS5 flushes a new index
-/// segment for every row (each trigger statement opens a savepoint), which
-/// costs ~5x more than one set-based insert per write. So while every
-/// trigger in the file is a known index trigger, the writer runs with
-/// triggers off and fills those indexes itself with the triggers' own text,
-/// in the same transaction. A trigger it does not know (someone's
-/// extension) turns triggers back on, so that trigger fires for our writes
-/// too. Re-checked whenever the schema changes (another program may add
-/// hermes-agent's trigram index while we run).
-#[derive(Debug, Default)]
-struct IndexPlan {
-    schema_version: Option<i64>,
-    /// Index tables to fill ourselves (empty while triggers are on).
-    tables: Vec<&'static str>,
+impl Writer {
+    fn use_synchronous(&mut self, level: Synchronous) -> rusqlite::Result<()> {
+        if self.synchronous != level {
+            self.conn
+                .pragma_update(None, "synchronous", level.pragma())?;
+            self.synchronous = level;
+        }
+        Ok(())
+    }
+
+    /// One indexer transaction: up to a chunk of pending rows with ids up
+    /// to `up_to` go into the search indexes. Returns whether more remain.
+    ///
+    /// Committed without fsync (`synchronous=NORMAL`): the index is derived
+    /// data, and its pending range lives in the same transaction, so a
+    /// commit lost to power failure takes the range's removal with it and
+    /// the range is indexed again. A later durable write's fsync covers
+    /// these WAL frames too.
+    fn index_pending(&mut self, up_to: i64) -> rusqlite::Result<bool> {
+        self.use_synchronous(Synchronous::Normal)?;
+        let conn = &self.conn;
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        let done = self
+            .index
+            .refresh(conn)
+            .and_then(|_| self.index.index_pending(conn, up_to))
+            .and_then(|more| conn.execute_batch("COMMIT").map(|_| more));
+        if done.is_err() && !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        done
+    }
 }
 
 /// Why an attempt at a batch failed.
@@ -98,66 +121,12 @@ enum Failure {
 /// counters of the SPEC §3 invariant (`message_count` = active rows).
 const MAINTAINED_COLUMNS: [&str; 3] = ["id", "message_count", "tool_call_count"];
 
-/// Index tables kept by an insert trigger, and the trigger's name.
-const KNOWN_INDEXES: [(&str, &str); 2] = [
-    ("messages_fts", "messages_fts_insert"),
-    ("messages_fts_trigram", "messages_fts_trigram_insert"),
-];
-
-const KNOWN_TRIGGERS: [&str; 6] = [
-    "messages_fts_insert",
-    "messages_fts_delete",
-    "messages_fts_update",
-    "messages_fts_trigram_insert",
-    "messages_fts_trigram_delete",
-    "messages_fts_trigram_update",
-];
-
-impl IndexPlan {
-    /// Re-plans if the schema changed since the last look. Call inside the
-    /// write transaction, so the schema cannot change before the commit.
-    fn refresh(&mut self, conn: &Connection) -> rusqlite::Result<()> {
-        let version: i64 = conn.query_row("PRAGMA schema_version", [], |r| r.get(0))?;
-        if self.schema_version == Some(version) {
-            return Ok(());
-        }
-        let triggers: Vec<String> = conn
-            .prepare("SELECT name FROM sqlite_master WHERE type = 'trigger'")?
-            .query_map([], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
-        let all_known = triggers
-            .iter()
-            .all(|t| KNOWN_TRIGGERS.contains(&t.as_str()));
-        self.tables = if all_known {
-            KNOWN_INDEXES
-                .iter()
-                .filter(|(_, trigger)| triggers.iter().any(|t| t == trigger))
-                .map(|(table, _)| *table)
-                .collect()
-        } else {
-            Vec::new()
-        };
-        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_TRIGGER, !all_known)?;
-        // Statements prepared under the other trigger setting must not be reused.
-        conn.flush_prepared_statement_cache();
-        self.schema_version = Some(version);
-        Ok(())
-    }
-
-    /// Adds the rows `first..=last` to each self-filled index, with exactly
-    /// the text the insert trigger would index (content, tool name, tool calls).
-    fn index_rows(&self, conn: &Connection, first: i64, last: i64) -> rusqlite::Result<()> {
-        for table in &self.tables {
-            conn.prepare_cached(&format!(
-                "INSERT INTO {table}(rowid, content)
-                 SELECT id, COALESCE(content, '') || ' ' || COALESCE(tool_name, '') || ' ' || COALESCE(tool_calls, '')
-                 FROM messages WHERE id BETWEEN ?1 AND ?2"
-            ))?
-            .execute([first, last])?;
-        }
-        Ok(())
-    }
-}
+/// The indexer takes the writer once no write has run for `INDEXER_QUIET`
+/// (a caller writing again and again goes first, rather than waiting for a
+/// chunk before each write), or after `INDEXER_PATIENCE` regardless, so a
+/// steady stream of writes cannot starve it.
+const INDEXER_QUIET: Duration = Duration::from_millis(3);
+const INDEXER_PATIENCE: Duration = Duration::from_millis(50);
 
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 
@@ -214,17 +183,41 @@ impl SqliteBackend {
             .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
             .at(&path)?;
         let data_version = Self::data_version(&conn).at(&path)?;
+        // Ranges left by a process that crashed before indexing them.
+        let pending = conn
+            .prepare("SELECT 1 FROM hermes_fts_pending")
+            .and_then(|mut s| s.exists([]))
+            .at(&path)?;
+        let writer = Arc::new(Mutex::new(Some(Writer {
+            conn,
+            data_version,
+            index: IndexPlan::default(),
+            synchronous: options.synchronous,
+        })));
+        let commits = Arc::new(GroupCommit::default());
+        let indexer = Indexer::spawn(pending, {
+            let (writer, commits) = (Arc::clone(&writer), Arc::clone(&commits));
+            move || {
+                commits.wait_quiet(INDEXER_QUIET, INDEXER_PATIENCE);
+                match lock(&writer).as_mut().map(|w| w.index_pending(i64::MAX)) {
+                    Some(Ok(true)) => Step::More,
+                    Some(Ok(false)) | None => Step::Done,
+                    Some(Err(_)) => Step::Failed,
+                }
+            }
+        })
+        .map_err(|source| Error::Io {
+            path: path.clone(),
+            source: Arc::new(source),
+        })?;
         Ok(SqliteBackend {
             path,
             options,
             file_id,
-            writer: Mutex::new(Some(Writer {
-                conn,
-                data_version,
-                index: IndexPlan::default(),
-            })),
+            writer,
             readers: Mutex::new(Vec::new()),
-            commits: GroupCommit::default(),
+            commits,
+            indexer,
             session_columns,
             closed: AtomicBool::new(false),
             cut: AtomicBool::new(false),
@@ -402,7 +395,7 @@ impl SqliteBackend {
             return results.into_iter().flatten().collect();
         }
         let mut writer = lock(&self.writer);
-        let Some(Writer { conn, index, .. }) = writer.as_mut() else {
+        let Some(w) = writer.as_mut() else {
             fail_rest(
                 &mut results,
                 &Error::Closed {
@@ -411,6 +404,12 @@ impl SqliteBackend {
             );
             return results.into_iter().flatten().collect();
         };
+        if let Err(e) = w.use_synchronous(self.options.synchronous) {
+            fail_rest(&mut results, &Error::sqlite(&self.path, e));
+            return results.into_iter().flatten().collect();
+        }
+        let Writer { conn, index, .. } = w;
+        let mut deferred_index = false;
         let deadline = Instant::now() + self.options.busy_budget;
         let mut pause_ms = 2u64;
         loop {
@@ -419,7 +418,8 @@ impl SqliteBackend {
                 break;
             }
             match self.try_commit(conn, index, jobs, &active) {
-                Ok(outs) => {
+                Ok((outs, deferred)) => {
+                    deferred_index = deferred;
                     for (i, out) in active.into_iter().zip(outs) {
                         results[i] = Some(Ok(out));
                     }
@@ -442,9 +442,37 @@ impl SqliteBackend {
                 }
             }
         }
+        drop(writer);
+        if deferred_index {
+            self.indexer.wake();
+        }
         let results: Vec<Result<WriteOut>> = results.into_iter().flatten().collect();
         self.count_own_appends(jobs, &results);
         results
+    }
+
+    /// The last id of the pending ranges (None when nothing is pending).
+    fn pending_up_to(conn: &Connection) -> rusqlite::Result<Option<i64>> {
+        conn.prepare_cached("SELECT MAX(last_id) FROM hermes_fts_pending")?
+            .query_row([], |r| r.get(0))
+    }
+
+    /// Indexes the pending rows with ids up to `up_to`, here and now, one
+    /// chunk per transaction (our writes may go between two chunks).
+    fn index_pending_up_to(&self, up_to: i64) -> Result<()> {
+        let deadline = Instant::now() + self.options.busy_budget;
+        loop {
+            let mut writer = lock(&self.writer);
+            let Some(w) = writer.as_mut() else {
+                return Err(Error::Closed {
+                    path: self.path.clone(),
+                });
+            };
+            let budget = deadline.saturating_duration_since(Instant::now());
+            if !Self::with_busy_retry(&self.path, budget, || w.index_pending(up_to))? {
+                return Ok(());
+            }
+        }
     }
 
     fn count_own_appends(&self, jobs: &[WriteOp], results: &[Result<WriteOut>]) {
@@ -456,15 +484,16 @@ impl SqliteBackend {
         }
     }
 
-    /// One attempt at the jobs `active` (indices into `jobs`), with the
-    /// batch's new messages indexed by one statement at the end.
+    /// One attempt at the jobs `active` (indices into `jobs`). The batch's
+    /// new messages are left to the indexer as one pending range (then true
+    /// comes back with the results: wake it), or indexed by the triggers.
     fn try_commit(
         &self,
         conn: &Connection,
         index: &mut IndexPlan,
         jobs: &[WriteOp],
         active: &[usize],
-    ) -> std::result::Result<Vec<WriteOut>, Failure> {
+    ) -> std::result::Result<(Vec<WriteOut>, bool), Failure> {
         let path = &self.path;
         let batch = |e: rusqlite::Error| {
             self.note_short_read(&e);
@@ -491,11 +520,12 @@ impl SqliteBackend {
         }
         // The ids are one contiguous run: this connection held the write
         // lock while it inserted every one of them.
-        if let Some((first, last)) = new_ids {
-            index.index_rows(conn, first, last).map_err(batch)?;
-        }
+        let deferred = match new_ids {
+            Some((first, last)) => index.index_new_rows(conn, first, last).map_err(batch)?,
+            None => false,
+        };
         conn.execute_batch("COMMIT").map_err(batch)?;
-        Ok(outs)
+        Ok((outs, deferred))
     }
 
     fn apply(&self, conn: &Connection, op: &WriteOp) -> Result<WriteOut> {
@@ -749,6 +779,14 @@ impl Error {
     }
 }
 
+impl Drop for SqliteBackend {
+    /// A store dropped without `close` still stops its indexer thread (which
+    /// holds the writer) and leaves the file indexed.
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
 impl Backend for SqliteBackend {
     fn location(&self) -> &Path {
         &self.path
@@ -821,6 +859,13 @@ impl Backend for SqliteBackend {
     }
 
     fn search(&self, query: &str, page: &Page) -> Result<Table> {
+        // Every row committed before the search is found: pending ranges
+        // are indexed first. If that fails (locked past the budget, disk
+        // full), the search answers from the index as it is: missing the
+        // newest rows beats failing the search.
+        if let Ok(Some(up_to)) = self.read(Self::pending_up_to) {
+            let _ = self.index_pending_up_to(up_to);
+        }
         let out = self.read_raw(|c| {
             let mut stmt = c.prepare_cached(
                 "SELECT m.id, m.session_id, m.role, m.content, m.tool_name, m.timestamp,
@@ -890,6 +935,17 @@ impl Backend for SqliteBackend {
     fn close(&self) {
         self.closed.store(true, Ordering::Release);
         lock(&self.readers).clear();
+        self.indexer.stop();
+        // Index what is pending, so a file we closed is complete for
+        // hermes-agent, which knows nothing of the pending table. Bounded by
+        // the busy budget: what is left stays pending (durable) for the next
+        // opener.
+        let up_to = lock(&self.writer)
+            .as_ref()
+            .and_then(|w| Self::pending_up_to(&w.conn).ok().flatten());
+        if let Some(up_to) = up_to {
+            let _ = self.index_pending_up_to(up_to);
+        }
         if let Some(w) = lock(&self.writer).take() {
             // A final passive checkpoint keeps the WAL small for the next opener.
             let _ = w.conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)");
@@ -924,6 +980,78 @@ mod tests {
                 .collect(),
             once_key: None,
         })
+    }
+
+    /// Indexes everything pending now, as a search does first.
+    fn index_now(db: &SqliteBackend) {
+        db.index_pending_up_to(i64::MAX).unwrap();
+    }
+
+    fn count(conn: &Connection, sql: &str) -> i64 {
+        conn.query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+
+    fn pending_rows(db: &SqliteBackend) -> i64 {
+        db.read(|c| {
+            c.query_row(
+                "SELECT COALESCE(SUM(last_id - first_id + 1), 0) FROM hermes_fts_pending",
+                [],
+                |r| r.get(0),
+            )
+        })
+        .unwrap()
+    }
+
+    fn wait_until(what: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !what() {
+            assert!(Instant::now() < deadline, "timed out");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    fn search_ids(db: &SqliteBackend, query: &str) -> Vec<i64> {
+        let page = Page {
+            limit: 1000,
+            ..Page::default()
+        };
+        db.search(query, &page)
+            .unwrap()
+            .rows()
+            .map(|r| match r.get(0) {
+                rusqlite::types::ValueRef::Integer(id) => id,
+                other => panic!("id {other:?}"),
+            })
+            .collect()
+    }
+
+    /// Rows committed and a pending range for them, but no index entries:
+    /// what a writer killed before its indexer ran leaves behind.
+    fn crashed_writer_rows(conn: &Connection, session: &str, texts: &[&str]) {
+        conn.execute(
+            "INSERT OR IGNORE INTO sessions (id, source, started_at) VALUES (?1, 'cli', 1)",
+            [session],
+        )
+        .unwrap();
+        let first = count(conn, "SELECT COALESCE(MAX(id), 0) + 1 FROM messages");
+        for text in texts {
+            conn.execute(
+                "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?1, 'user', ?2, 1)",
+                [session, text],
+            )
+            .unwrap();
+        }
+        let last = first + texts.len() as i64 - 1;
+        conn.execute(
+            "DELETE FROM messages_fts WHERE rowid BETWEEN ?1 AND ?2",
+            [first, last],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO hermes_fts_pending (first_id, last_id) VALUES (?1, ?2)",
+            [first, last],
+        )
+        .unwrap();
     }
 
     #[test]
@@ -983,6 +1111,7 @@ mod tests {
             once_key: None,
         })
         .unwrap();
+        index_now(&db);
         // Another writer (triggers on) inserts the same row.
         let other = Connection::open(dir.path().join("state.db")).unwrap();
         other
@@ -1019,6 +1148,7 @@ mod tests {
         assert!(matches!(results[2], Ok(WriteOut::Ids(ref ids)) if ids.len() == 1));
         assert_eq!(db.message_count("a").unwrap(), Some(1));
         assert_eq!(db.message_count("b").unwrap(), Some(1));
+        index_now(&db);
         let indexed: i64 = db
             .read(|c| c.query_row("SELECT COUNT(*) FROM messages_fts", [], |r| r.get(0)))
             .unwrap();
@@ -1046,6 +1176,7 @@ mod tests {
         let db = open(&dir);
         create(&db, "s");
         append(&db, "s", 1).unwrap();
+        index_now(&db);
         let other = Connection::open(dir.path().join("state.db")).unwrap();
         other
             .execute_batch(
@@ -1066,6 +1197,7 @@ mod tests {
         assert_eq!(count("SELECT COUNT(*) FROM audit"), 1);
         other.execute_batch("DROP TRIGGER audit_sessions").unwrap();
         append(&db, "s", 1).unwrap();
+        index_now(&db);
         assert_eq!(count("SELECT COUNT(*) FROM messages_fts_trigram"), 3);
         assert_eq!(count("SELECT COUNT(*) FROM messages_fts"), 4);
     }
@@ -1167,5 +1299,224 @@ mod tests {
         assert_eq!((a.own_appends("s"), b.own_appends("s")), (2, 1));
         assert_eq!(a.own_appends("missing"), 0);
         assert_eq!(a.message_count("s").unwrap(), Some(3));
+    }
+
+    // -- deferred indexing ------------------------------------------------------------
+
+    #[test]
+    fn a_write_leaves_a_pending_range_that_the_indexer_fills_right_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        create(&db, "s");
+        append(&db, "s", 3).unwrap();
+        append(&db, "s", 2).unwrap();
+        let indexed = || {
+            db.read(|c| Ok(count(c, "SELECT COUNT(*) FROM messages_fts")))
+                .unwrap()
+        };
+        wait_until(|| indexed() == 5 && pending_rows(&db) == 0);
+    }
+
+    #[test]
+    fn a_search_right_after_a_write_finds_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        db.indexer.stop(); // nothing indexes behind the test's back
+        create(&db, "s");
+        let ids = match db
+            .write(WriteOp::Append {
+                session_id: "s".into(),
+                rows: vec![NewMessage::text("user", "the quetzal landed", 1.0)],
+                once_key: None,
+            })
+            .unwrap()
+        {
+            WriteOut::Ids(ids) => ids,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(pending_rows(&db), 1);
+        assert_eq!(search_ids(&db, "quetzal"), ids);
+        assert_eq!(pending_rows(&db), 0);
+    }
+
+    #[test]
+    fn a_search_answers_from_the_index_as_it_is_when_catching_up_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = Options {
+            busy_budget: Duration::from_millis(200),
+            ..Options::default()
+        };
+        let db = SqliteBackend::open(&dir.path().join("state.db"), options).unwrap();
+        db.indexer.stop();
+        create(&db, "s");
+        db.write(WriteOp::Append {
+            session_id: "s".into(),
+            rows: vec![NewMessage::text("user", "alpaca one", 1.0)],
+            once_key: None,
+        })
+        .unwrap();
+        index_now(&db);
+        db.write(WriteOp::Append {
+            session_id: "s".into(),
+            rows: vec![NewMessage::text("user", "alpaca two", 1.0)],
+            once_key: None,
+        })
+        .unwrap();
+        let other = Connection::open(dir.path().join("state.db")).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        assert_eq!(search_ids(&db, "alpaca").len(), 1);
+        other.execute_batch("ROLLBACK").unwrap();
+        assert_eq!(search_ids(&db, "alpaca").len(), 2);
+    }
+
+    #[test]
+    fn ranges_left_by_a_crashed_writer_are_indexed_at_the_next_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        open(&dir).close();
+        let other = Connection::open(&path).unwrap();
+        crashed_writer_rows(&other, "s", &["left behind", "also left"]);
+        assert_eq!(count(&other, "SELECT COUNT(*) FROM messages_fts"), 0);
+        let db = open(&dir);
+        wait_until(|| pending_rows(&db) == 0);
+        assert_eq!(count(&other, "SELECT COUNT(*) FROM messages_fts"), 2);
+        assert_eq!(search_ids(&db, "left").len(), 2);
+    }
+
+    #[test]
+    fn rows_an_other_writer_indexed_meanwhile_are_not_indexed_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        db.indexer.stop();
+        create(&db, "s");
+        append(&db, "s", 3).unwrap();
+        // Triggers on: an update re-indexes row 2, and a new row 4 is
+        // indexed, between our pending range 1..=3 and the next, 5..=6.
+        let other = Connection::open(dir.path().join("state.db")).unwrap();
+        other
+            .execute_batch(
+                "UPDATE messages SET content = 'edited' WHERE id = 2;
+                 INSERT INTO messages (session_id, role, content, timestamp)
+                 VALUES ('s', 'user', 'theirs', 1);",
+            )
+            .unwrap();
+        append(&db, "s", 2).unwrap();
+        index_now(&db);
+        assert_eq!(pending_rows(&db), 0);
+        assert_eq!(count(&other, "SELECT COUNT(*) FROM messages_fts"), 6);
+        assert_eq!(search_ids(&db, "edited"), vec![2]);
+        assert_eq!(
+            search_ids(&db, "m1").len(),
+            1,
+            "the old text of row 2 is gone"
+        );
+    }
+
+    #[test]
+    fn close_indexes_every_pending_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        db.indexer.stop();
+        create(&db, "s");
+        for _ in 0..5 {
+            append(&db, "s", 300).unwrap();
+        }
+        assert_eq!(pending_rows(&db), 1500);
+        db.close();
+        let other = Connection::open(dir.path().join("state.db")).unwrap();
+        assert_eq!(count(&other, "SELECT COUNT(*) FROM hermes_fts_pending"), 0);
+        assert_eq!(count(&other, "SELECT COUNT(*) FROM messages_fts"), 1500);
+    }
+
+    #[test]
+    fn the_indexer_works_in_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        db.indexer.stop();
+        create(&db, "s");
+        append(&db, "s", 1300).unwrap();
+        let indexed = || {
+            db.read(|c| Ok(count(c, "SELECT COUNT(*) FROM messages_fts")))
+                .unwrap()
+        };
+        let mut steps = Vec::new();
+        loop {
+            let more = lock(&db.writer)
+                .as_mut()
+                .unwrap()
+                .index_pending(i64::MAX)
+                .unwrap();
+            steps.push(indexed());
+            if !more {
+                break;
+            }
+        }
+        assert_eq!(steps, vec![512, 1024, 1300]);
+    }
+
+    #[test]
+    fn past_the_pending_limit_a_write_indexes_its_own_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        db.indexer.stop();
+        create(&db, "s");
+        append(&db, "s", 4000).unwrap();
+        append(&db, "s", 200).unwrap();
+        assert_eq!(pending_rows(&db), 4000);
+        let indexed = |sql: &str| db.read(|c| Ok(count(c, sql))).unwrap();
+        assert_eq!(indexed("SELECT COUNT(*) FROM messages_fts"), 200);
+        assert_eq!(indexed("SELECT MIN(rowid) FROM messages_fts"), 4001);
+        index_now(&db);
+        assert_eq!(indexed("SELECT COUNT(*) FROM messages_fts"), 4200);
+    }
+
+    #[test]
+    fn writes_are_durable_again_after_the_indexer_relaxed_synchronous() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        db.indexer.stop();
+        create(&db, "s");
+        append(&db, "s", 1).unwrap();
+        index_now(&db);
+        let level = || {
+            count(
+                &lock(&db.writer).as_ref().unwrap().conn,
+                "PRAGMA synchronous",
+            )
+        };
+        assert_eq!(level(), 1, "the indexer commits at NORMAL");
+        append(&db, "s", 1).unwrap();
+        assert_eq!(level(), 2, "a write runs at FULL");
+    }
+
+    #[test]
+    fn indexer_failures_are_retried_and_never_reach_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        create(&db, "s");
+        let other = Connection::open(dir.path().join("state.db")).unwrap();
+        crashed_writer_rows(&other, "s", &["waiting"]);
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        db.indexer.wake();
+        std::thread::sleep(Duration::from_millis(300)); // its tries fail: busy
+        assert_eq!(pending_rows(&db), 1, "a failed try lost the range");
+        other.execute_batch("ROLLBACK").unwrap();
+        // No write, no wake: the indexer tries again by itself.
+        wait_until(|| pending_rows(&db) == 0);
+        assert_eq!(count(&other, "SELECT COUNT(*) FROM messages_fts"), 1);
+        append(&db, "s", 1).unwrap();
+    }
+
+    #[test]
+    fn the_indexers_commits_are_not_foreign() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        create(&db, "s");
+        let _ = db.foreign_commit_since_last_look().unwrap();
+        append(&db, "s", 20).unwrap();
+        wait_until(|| pending_rows(&db) == 0);
+        assert!(!db.foreign_commit_since_last_look().unwrap());
+        assert_eq!(db.own_appends("s"), 20);
+        assert_eq!(db.message_count("s").unwrap(), Some(20));
     }
 }

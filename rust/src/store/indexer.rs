@@ -1,0 +1,177 @@
+//! A background thread that runs deferred work in bounded steps: woken when
+//! work is left, stopped (and joined) at close.
+//!
+//! It knows nothing of SQL: the backend hands it a step (index one chunk of
+//! pending rows) that says whether more remains. A failed step is retried
+//! later, after a growing pause; the work itself is durable, so a failure
+//! only delays it and never reaches the callers whose commits left it.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// What one step left behind.
+pub enum Step {
+    More,
+    Done,
+    Failed,
+}
+
+const FIRST_RETRY: Duration = Duration::from_millis(10);
+const LAST_RETRY: Duration = Duration::from_secs(2);
+
+#[derive(Default)]
+struct Flags {
+    work: bool,
+    stop: bool,
+}
+
+#[derive(Default)]
+struct Signal {
+    flags: Mutex<Flags>,
+    changed: Condvar,
+}
+
+pub struct Indexer {
+    signal: Arc<Signal>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn relock<G>(r: std::result::Result<G, PoisonError<G>>) -> G {
+    // The flags are plain booleans: a panic cannot leave them half-set.
+    r.unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Signal {
+    fn flags(&self) -> MutexGuard<'_, Flags> {
+        relock(self.flags.lock())
+    }
+
+    /// Blocks until work is announced or, after a failure, the `retry` pause
+    /// has passed. False once the indexer is stopping.
+    fn wait_for_work(&self, retry: Option<Duration>) -> bool {
+        let deadline = retry.map(|pause| Instant::now() + pause);
+        let mut flags = self.flags();
+        loop {
+            if flags.stop {
+                return false;
+            }
+            if std::mem::take(&mut flags.work) {
+                return true;
+            }
+            flags = match deadline {
+                None => relock(self.changed.wait(flags)),
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return true;
+                    }
+                    relock(self.changed.wait_timeout(flags, left)).0
+                }
+            };
+        }
+    }
+}
+
+impl Indexer {
+    /// Starts the thread; with `work_waiting` it runs `step` at once.
+    pub fn spawn(
+        work_waiting: bool,
+        mut step: impl FnMut() -> Step + Send + 'static,
+    ) -> std::io::Result<Self> {
+        let signal = Arc::new(Signal::default());
+        signal.flags().work = work_waiting;
+        let thread = std::thread::Builder::new()
+            .name("hermes-indexer".into())
+            .spawn({
+                let signal = Arc::clone(&signal);
+                move || {
+                    let mut retry: Option<Duration> = None;
+                    while signal.wait_for_work(retry) {
+                        retry =
+                            loop {
+                                match step() {
+                                    Step::More if !signal.flags().stop => continue,
+                                    Step::More | Step::Done => break None,
+                                    Step::Failed => {
+                                        break Some(retry.map_or(FIRST_RETRY, |pause| {
+                                            (pause * 2).min(LAST_RETRY)
+                                        }))
+                                    }
+                                }
+                            };
+                    }
+                }
+            })?;
+        Ok(Indexer {
+            signal,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Announces work: the thread runs steps until none is left.
+    pub fn wake(&self) {
+        self.signal.flags().work = true;
+        self.signal.changed.notify_one();
+    }
+
+    /// Stops the thread after its current step and waits for it. Idempotent.
+    pub fn stop(&self) {
+        self.signal.flags().stop = true;
+        self.signal.changed.notify_one();
+        if let Some(thread) = relock(self.thread.lock()).take() {
+            // A panicked step has nothing left to clean up: its transaction
+            // was rolled back with the unwinding.
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn wait_until(what: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !what() {
+            assert!(Instant::now() < deadline, "timed out");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn runs_steps_until_done_then_sleeps_until_woken() {
+        let steps = Arc::new(AtomicUsize::new(0));
+        let indexer = Indexer::spawn(true, {
+            let steps = Arc::clone(&steps);
+            move || match steps.fetch_add(1, Ordering::SeqCst) {
+                0 | 1 => Step::More,
+                _ => Step::Done,
+            }
+        })
+        .unwrap();
+        wait_until(|| steps.load(Ordering::SeqCst) == 3);
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(steps.load(Ordering::SeqCst), 3, "ran without work");
+        indexer.wake();
+        wait_until(|| steps.load(Ordering::SeqCst) == 4);
+        indexer.stop();
+        indexer.stop();
+    }
+
+    #[test]
+    fn a_failed_step_is_retried_without_a_wake() {
+        let steps = Arc::new(AtomicUsize::new(0));
+        let indexer = Indexer::spawn(true, {
+            let steps = Arc::clone(&steps);
+            move || match steps.fetch_add(1, Ordering::SeqCst) {
+                0..=2 => Step::Failed,
+                _ => Step::Done,
+            }
+        })
+        .unwrap();
+        wait_until(|| steps.load(Ordering::SeqCst) == 4);
+        indexer.stop();
+    }
+}
