@@ -15,7 +15,7 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Statement};
 
 use super::group_commit::GroupCommit;
 use super::indexer::{Indexer, Step};
-use super::search_index::IndexPlan;
+use super::search_index::{IndexPlan, BACKGROUND_CHUNK_ROWS, CATCH_UP_CHUNK_ROWS};
 use super::{Backend, Page, WriteOp, WriteOut};
 use crate::error::{Error, Result, StorageKind};
 use crate::model::{NewMessage, Table, Value, MESSAGE_COLUMNS};
@@ -85,7 +85,7 @@ impl Writer {
         Ok(())
     }
 
-    /// One indexer transaction: up to a chunk of pending rows with ids up
+    /// One indexer transaction: up to `chunk_rows` pending rows with ids up
     /// to `up_to` go into the search indexes. Returns whether more remain.
     ///
     /// Committed without fsync (`synchronous=NORMAL`): the index is derived
@@ -93,14 +93,14 @@ impl Writer {
     /// commit lost to power failure takes the range's removal with it and
     /// the range is indexed again. A later durable write's fsync covers
     /// these WAL frames too.
-    fn index_pending(&mut self, up_to: i64) -> rusqlite::Result<bool> {
+    fn index_pending(&mut self, up_to: i64, chunk_rows: i64) -> rusqlite::Result<bool> {
         self.use_synchronous(Synchronous::Normal)?;
         let conn = &self.conn;
         conn.execute_batch("BEGIN IMMEDIATE")?;
         let done = self
             .index
             .refresh(conn)
-            .and_then(|_| self.index.index_pending(conn, up_to))
+            .and_then(|_| self.index.index_pending(conn, up_to, chunk_rows))
             .and_then(|more| conn.execute_batch("COMMIT").map(|_| more));
         if done.is_err() && !conn.is_autocommit() {
             let _ = conn.execute_batch("ROLLBACK");
@@ -199,7 +199,10 @@ impl SqliteBackend {
             let (writer, commits) = (Arc::clone(&writer), Arc::clone(&commits));
             move || {
                 commits.wait_quiet(INDEXER_QUIET, INDEXER_PATIENCE);
-                match lock(&writer).as_mut().map(|w| w.index_pending(i64::MAX)) {
+                match lock(&writer)
+                    .as_mut()
+                    .map(|w| w.index_pending(i64::MAX, BACKGROUND_CHUNK_ROWS))
+                {
                     Some(Ok(true)) => Step::More,
                     Some(Ok(false)) | None => Step::Done,
                     Some(Err(_)) => Step::Failed,
@@ -457,8 +460,9 @@ impl SqliteBackend {
             .query_row([], |r| r.get(0))
     }
 
-    /// Indexes the pending rows with ids up to `up_to`, here and now, one
-    /// chunk per transaction (our writes may go between two chunks).
+    /// Indexes the pending rows with ids up to `up_to`, here and now, in
+    /// large chunks (our writes may go between two). Stops after the busy
+    /// budget, leaving the rest pending.
     fn index_pending_up_to(&self, up_to: i64) -> Result<()> {
         let deadline = Instant::now() + self.options.busy_budget;
         loop {
@@ -469,7 +473,10 @@ impl SqliteBackend {
                 });
             };
             let budget = deadline.saturating_duration_since(Instant::now());
-            if !Self::with_busy_retry(&self.path, budget, || w.index_pending(up_to))? {
+            let more = Self::with_busy_retry(&self.path, budget, || {
+                w.index_pending(up_to, CATCH_UP_CHUNK_ROWS)
+            })?;
+            if !more || Instant::now() >= deadline {
                 return Ok(());
             }
         }
@@ -1444,7 +1451,7 @@ mod tests {
             let more = lock(&db.writer)
                 .as_mut()
                 .unwrap()
-                .index_pending(i64::MAX)
+                .index_pending(i64::MAX, BACKGROUND_CHUNK_ROWS)
                 .unwrap();
             steps.push(indexed());
             if !more {
