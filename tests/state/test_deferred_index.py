@@ -145,6 +145,18 @@ def test_a_closed_file_is_fully_indexed_for_other_programs(db_path: Path, sql: A
     assert hits == [(3000,)]
 
 
+def test_close_gives_up_on_a_locked_file_and_leaves_the_rows_pending(db_path: Path, sql: Any
+                                                                    ) -> None:
+    db = SessionDB(db_path, busy_budget=0.3)
+    with crashed_writer(db_path, "lost", ["stuck"], hold_lock=True):
+        started = time.monotonic()
+        db.close()
+        assert time.monotonic() - started < 5
+    assert counts(sql, db_path) == (1, 0, 1)  # durable, waiting for the next opener
+    SessionDB(db_path).close()
+    assert counts(sql, db_path) == (1, 1, 0)
+
+
 def test_a_row_another_program_indexed_is_not_indexed_twice(db_path: Path, sql: Any) -> None:
     SessionDB(db_path).close()
     with crashed_writer(db_path, "lost", ["first draft", "second draft", "third draft"]):
