@@ -59,8 +59,9 @@ pub struct SqliteBackend {
     closed: AtomicBool,
     /// A read came up short: a file was cut under us (typically the WAL).
     /// A commit then would land after the hole and a checkpoint would copy
-    /// the hole into the database, so writes are refused until a reopen.
-    cut: AtomicBool,
+    /// the hole into the database, so writes (the indexer's too) are refused
+    /// until a reopen.
+    cut: Arc<AtomicBool>,
     /// Rows this backend committed, per session: with the live count, it
     /// tells this process's writes from other processes'.
     own_appends: Mutex<HashMap<String, u64>>,
@@ -130,6 +131,11 @@ const INDEXER_PATIENCE: Duration = Duration::from_millis(50);
 
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 
+/// Whether a read came up short (see `SqliteBackend::cut`).
+fn is_short_read(e: &rusqlite::Error) -> bool {
+    e.sqlite_error().map(|f| f.extended_code) == Some(rusqlite::ffi::SQLITE_IOERR_SHORT_READ)
+}
+
 trait At<T> {
     /// Attaches the database path to a SQLite error.
     fn at(self, path: &Path) -> Result<T>;
@@ -195,17 +201,26 @@ impl SqliteBackend {
             synchronous: options.synchronous,
         })));
         let commits = Arc::new(GroupCommit::default());
+        let cut = Arc::new(AtomicBool::new(false));
         let indexer = Indexer::spawn(pending, {
-            let (writer, commits) = (Arc::clone(&writer), Arc::clone(&commits));
+            let (writer, commits, cut) =
+                (Arc::clone(&writer), Arc::clone(&commits), Arc::clone(&cut));
             move || {
                 commits.wait_quiet(INDEXER_QUIET, INDEXER_PATIENCE);
-                match lock(&writer)
-                    .as_mut()
-                    .map(|w| w.index_pending(i64::MAX, BACKGROUND_CHUNK_ROWS))
-                {
-                    Some(Ok(true)) => Step::More,
-                    Some(Ok(false)) | None => Step::Done,
-                    Some(Err(_)) => Step::Failed,
+                let mut writer = lock(&writer);
+                // Past a cut the ranges stay pending (durable) for the next opener.
+                let Some(w) = writer.as_mut().filter(|_| !cut.load(Ordering::Acquire)) else {
+                    return Step::Done;
+                };
+                match w.index_pending(i64::MAX, BACKGROUND_CHUNK_ROWS) {
+                    Ok(true) => Step::More,
+                    Ok(false) => Step::Done,
+                    Err(e) => {
+                        if is_short_read(&e) {
+                            cut.store(true, Ordering::Release);
+                        }
+                        Step::Failed
+                    }
                 }
             }
         })
@@ -223,7 +238,7 @@ impl SqliteBackend {
             indexer,
             session_columns,
             closed: AtomicBool::new(false),
-            cut: AtomicBool::new(false),
+            cut,
             own_appends: Mutex::new(HashMap::new()),
         })
     }
@@ -329,8 +344,7 @@ impl SqliteBackend {
 
     /// Remembers a short read (see `cut`).
     fn note_short_read(&self, e: &rusqlite::Error) {
-        let short = rusqlite::ffi::SQLITE_IOERR_SHORT_READ;
-        if e.sqlite_error().map(|f| f.extended_code) == Some(short) {
+        if is_short_read(e) {
             self.cut.store(true, Ordering::Release);
         }
     }
@@ -466,6 +480,7 @@ impl SqliteBackend {
     fn index_pending_up_to(&self, up_to: i64) -> Result<()> {
         let deadline = Instant::now() + self.options.busy_budget;
         loop {
+            self.ensure_not_cut()?;
             let mut writer = lock(&self.writer);
             let Some(w) = writer.as_mut() else {
                 return Err(Error::Closed {
@@ -475,6 +490,7 @@ impl SqliteBackend {
             let budget = deadline.saturating_duration_since(Instant::now());
             let more = Self::with_busy_retry(&self.path, budget, || {
                 w.index_pending(up_to, CATCH_UP_CHUNK_ROWS)
+                    .inspect_err(|e| self.note_short_read(e))
             })?;
             if !more || Instant::now() >= deadline {
                 return Ok(());
@@ -1265,6 +1281,9 @@ mod tests {
         let db = open(&dir);
         create(&db, "s");
         append(&db, "s", 3).unwrap();
+        // Cut while idle: a commit between the cut and a read noticing it
+        // (the indexer's, a few ms after the append) is not caught.
+        index_now(&db);
         let wal = dir.path().join("state.db-wal");
         std::fs::File::options()
             .write(true)
@@ -1525,5 +1544,40 @@ mod tests {
         assert!(!db.foreign_commit_since_last_look().unwrap());
         assert_eq!(db.own_appends("s"), 20);
         assert_eq!(db.message_count("s").unwrap(), Some(20));
+    }
+
+    #[test]
+    fn past_a_cut_wal_the_indexer_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        create(&db, "s");
+        // Pending rows whose pages the writer has cached: it could index
+        // them without reading the cut WAL.
+        append(&db, "s", 3).unwrap();
+        let wal = dir.path().join("state.db-wal");
+        {
+            let _writer = lock(&db.writer); // the woken indexer waits behind the cut
+            std::fs::File::options()
+                .write(true)
+                .open(&wal)
+                .unwrap()
+                .set_len(1000)
+                .unwrap();
+            lock(&db.readers).clear();
+            assert!(db.messages("s", false).is_err(), "the hole went unnoticed");
+        }
+        assert!(db.index_pending_up_to(i64::MAX).is_err());
+        std::thread::sleep(Duration::from_millis(50)); // the indexer's turn
+        assert_eq!(
+            std::fs::metadata(&wal).unwrap().len(),
+            1000,
+            "written past the cut"
+        );
+        db.close();
+        let again = open(&dir);
+        let check: String = again
+            .read(|c| c.query_row("PRAGMA integrity_check", [], |r| r.get(0)))
+            .unwrap();
+        assert_eq!(check, "ok");
     }
 }
