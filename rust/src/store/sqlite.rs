@@ -62,6 +62,9 @@ pub struct SqliteBackend {
     /// the hole into the database, so writes (the indexer's too) are refused
     /// until a reopen.
     cut: Arc<AtomicBool>,
+    /// The WAL has grown past `CHECKPOINT_FRAMES`: the indexer thread
+    /// checkpoints it, so no caller's commit pays for a checkpoint.
+    checkpoint_due: Arc<AtomicBool>,
     /// Rows this backend committed, per session: with the live count, it
     /// tells this process's writes from other processes'.
     own_appends: Mutex<HashMap<String, u64>>,
@@ -129,6 +132,10 @@ const MAINTAINED_COLUMNS: [&str; 3] = ["id", "message_count", "tool_call_count"]
 const INDEXER_QUIET: Duration = Duration::from_millis(3);
 const INDEXER_PATIENCE: Duration = Duration::from_millis(50);
 
+/// WAL frames (pages) after which the background thread checkpoints, as
+/// SQLite's own auto-checkpoint would inside the committing caller's call.
+const CHECKPOINT_FRAMES: i32 = 1000;
+
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 
 /// Whether a read came up short (see `SqliteBackend::cut`).
@@ -175,7 +182,7 @@ impl SqliteBackend {
                 source: Arc::new(source),
             })?;
         let file_id = Self::file_id(&path)?;
-        let conn = Self::connect(&path, options.synchronous)?;
+        let mut conn = Self::connect(&path, options.synchronous)?;
         Self::with_busy_retry(&path, options.busy_budget, || {
             conn.execute_batch("BEGIN IMMEDIATE")?;
             let done = schema::ensure(&conn).and_then(|_| conn.execute_batch("COMMIT"));
@@ -194,6 +201,19 @@ impl SqliteBackend {
             .prepare("SELECT 1 FROM hermes_fts_pending")
             .and_then(|mut s| s.exists([]))
             .at(&path)?;
+        // Checkpoints run on the indexer thread, never inside a caller's
+        // commit: this hook replaces SQLite's auto-checkpoint on the writer.
+        let checkpoint_due = Arc::new(AtomicBool::new(false));
+        conn.wal_hook(Some({
+            let due = Arc::clone(&checkpoint_due);
+            move |_: &mut rusqlite::hooks::Wal, frames: std::ffi::c_int| {
+                if frames >= CHECKPOINT_FRAMES {
+                    due.store(true, Ordering::Release);
+                }
+                Ok(())
+            }
+        }))
+        .at(&path)?;
         let writer = Arc::new(Mutex::new(Some(Writer {
             conn,
             data_version,
@@ -203,25 +223,53 @@ impl SqliteBackend {
         let commits = Arc::new(GroupCommit::default());
         let cut = Arc::new(AtomicBool::new(false));
         let indexer = Indexer::spawn(pending, {
-            let (writer, commits, cut) =
-                (Arc::clone(&writer), Arc::clone(&commits), Arc::clone(&cut));
+            let (writer, commits, cut, due) = (
+                Arc::clone(&writer),
+                Arc::clone(&commits),
+                Arc::clone(&cut),
+                Arc::clone(&checkpoint_due),
+            );
+            let (path, sync) = (path.clone(), options.synchronous);
+            let mut checkpointer: Option<Connection> = None;
             move || {
                 commits.wait_quiet(INDEXER_QUIET, INDEXER_PATIENCE);
-                let mut writer = lock(&writer);
-                // Past a cut the ranges stay pending (durable) for the next opener.
-                let Some(w) = writer.as_mut().filter(|_| !cut.load(Ordering::Acquire)) else {
-                    return Step::Done;
+                let step = {
+                    let mut writer = lock(&writer);
+                    // Past a cut the ranges stay pending (durable) for the next opener.
+                    let Some(w) = writer.as_mut().filter(|_| !cut.load(Ordering::Acquire)) else {
+                        return Step::Done;
+                    };
+                    match w.index_pending(i64::MAX, BACKGROUND_CHUNK_ROWS) {
+                        Ok(true) => Step::More,
+                        Ok(false) => Step::Done,
+                        Err(e) => {
+                            if is_short_read(&e) {
+                                cut.store(true, Ordering::Release);
+                            }
+                            return Step::Failed;
+                        }
+                    }
                 };
-                match w.index_pending(i64::MAX, BACKGROUND_CHUNK_ROWS) {
-                    Ok(true) => Step::More,
-                    Ok(false) => Step::Done,
-                    Err(e) => {
+                if matches!(step, Step::Done) && due.swap(false, Ordering::AcqRel) {
+                    // On a connection of its own, without the writer: a passive
+                    // checkpoint runs beside commits instead of ahead of them.
+                    let done = match checkpointer.as_ref() {
+                        Some(conn) => conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)"),
+                        None => Self::connect_raw(&path, sync).and_then(|conn| {
+                            let done = conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)");
+                            checkpointer = Some(conn);
+                            done
+                        }),
+                    };
+                    if let Err(e) = done {
                         if is_short_read(&e) {
                             cut.store(true, Ordering::Release);
                         }
-                        Step::Failed
+                        due.store(true, Ordering::Release);
+                        return Step::Failed;
                     }
                 }
+                step
             }
         })
         .map_err(|source| Error::Io {
@@ -239,6 +287,7 @@ impl SqliteBackend {
             session_columns,
             closed: AtomicBool::new(false),
             cut,
+            checkpoint_due,
             own_appends: Mutex::new(HashMap::new()),
         })
     }
@@ -460,7 +509,7 @@ impl SqliteBackend {
             }
         }
         drop(writer);
-        if deferred_index {
+        if deferred_index || self.checkpoint_due.load(Ordering::Acquire) {
             self.indexer.wake();
         }
         let results: Vec<Result<WriteOut>> = results.into_iter().flatten().collect();
@@ -1273,6 +1322,55 @@ mod tests {
         std::fs::remove_file(dir.path().join("state.db")).unwrap();
         let err = append(&db, "s", 1).unwrap_err();
         assert!(err.to_string().contains("deleted or replaced"), "{err}");
+    }
+
+    /// Appends ~5 MB (well past `CHECKPOINT_FRAMES` pages) and returns the
+    /// size of the database file (not its WAL) right after.
+    fn append_megabytes(db: &SqliteBackend, dir: &tempfile::TempDir) -> u64 {
+        create(db, "big");
+        for _ in 0..10 {
+            let rows = (0..500)
+                .map(|_| NewMessage::text("user", &"x".repeat(1000), 1.0))
+                .collect();
+            db.write(WriteOp::Append {
+                session_id: "big".into(),
+                rows,
+                once_key: None,
+            })
+            .unwrap();
+        }
+        std::fs::metadata(dir.path().join("state.db"))
+            .unwrap()
+            .len()
+    }
+
+    #[test]
+    fn checkpoints_run_beside_commits_not_inside_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        db.indexer.stop();
+        let size = append_megabytes(&db, &dir);
+        assert!(
+            size < 1 << 20,
+            "a commit checkpointed: the file is {size} bytes"
+        );
+        assert!(db.checkpoint_due.load(Ordering::Acquire));
+
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        append_megabytes(&db, &dir);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::metadata(dir.path().join("state.db"))
+            .unwrap()
+            .len()
+            < 4 << 20
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the background checkpoint never ran"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     #[test]
