@@ -22,6 +22,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 PEERS = ["upstream", "openai", "langgraph"]
+#: The 1000-message growth with idle time between flushes (an agent waiting for its model).
+PACED = "growth:1000:paced"
 LABEL = {
     "hermes": "hermes (ours)",
     "upstream": "hermes-agent 0.19.0",
@@ -214,6 +216,19 @@ class Report:
                         verdict(worst[0] > 1.0),
                     ]
                 )
+        for sync in self.syncs:
+            h = self.r(sync, "hermes", PACED, "p50_ms")
+            peers = [(v / h, p) for p in PEERS if ok(h) and ok(v := self.r(sync, p, PACED, "p50_ms"))]
+            if peers:
+                worst = min(peers)
+                rows.append(
+                    [
+                        f"ahead of every peer at 1000-message turns at an agent's pace ({sync}, flush p50)",
+                        f"closest: {SHORT[worst[1]]} ({ms(self.r(sync, worst[1], PACED, 'p50_ms'))} vs {ms(h)})",
+                        f"{worst[0]:.2f}× (peer ÷ hermes)",
+                        verdict(worst[0] > 1.0),
+                    ]
+                )
         noop = self.r(full, "hermes", "noop", "p50_ms")
         rows.append(
             [
@@ -269,17 +284,23 @@ class Report:
             o = self.r(sync, "openai", k, "p50_ms")
             lg = self.r(sync, "langgraph", k, "p50_ms")
             if ok(h) and ok(o) and ok(lg) and (o < h or lg < h) and ok(f) and ok(fn):
+                hp = self.r(sync, "hermes", PACED, "p50_ms")
+                op = self.r(sync, "openai", PACED, "p50_ms")
+                paced = (f" At an agent's pace (100 ms between flushes, the table below) the indexing has idle "
+                         f"time to run in, and the flush costs {ms(hp)} against OpenAI's {ms(op)}."
+                         if ok(hp) and ok(op) else "")
                 notes.append(
-                    f"* **{big}-message turns, {sync}: behind the stores that keep no search index.** The bare floor with "
-                    f"our schema needs {ms(f)} per flush, {ms(fn)} of it without the full-text index, so FTS5 "
-                    f"indexing is {(f - fn) / f * 100:.0f}% of the limit itself; hermes takes {ms(h)} "
-                    f"({h / f:.2f}× that floor). OpenAI's `SQLiteSession` ({ms(o)}) writes one JSON blob per item into a "
-                    f"table with one index and no FTS; LangGraph ({ms(lg)}) writes one msgpack blob of the whole "
-                    "state per checkpoint (cheap while the transcript is small, O(total) as it grows: see the scaling "
-                    "table). No writer that indexes inside the durable transaction can beat them at this shape. What "
-                    "would close it: take FTS maintenance out of the commit (index in a follow-up transaction or a "
-                    "background indexer with an `indexed-up-to` watermark that search catches up first), or drop "
-                    "the FTS index from state.db (hermes-agent's own search needs it)."
+                    f"* **{big}-message turns back to back, {sync}: behind the stores that keep no search "
+                    f"index.** The bare floor with our schema needs {ms(f)} per flush, {ms(fn)} of it without "
+                    f"the full-text index, so FTS5 indexing is {(f - fn) / f * 100:.0f}% of the limit itself; "
+                    f"hermes takes {ms(h)} ({h / f:.2f}× that floor). OpenAI's `SQLiteSession` ({ms(o)}) writes "
+                    f"one JSON blob per item into a table with one index and no FTS; LangGraph ({ms(lg)}) writes "
+                    "one msgpack blob of the whole state per checkpoint (O(total) as it grows: see the scaling "
+                    "table). hermes indexes after the commit, but a caller that flushes again at once leaves no "
+                    "idle time for that: past 4,096 pending rows each write indexes its own rows in its "
+                    "transaction (the debt a search would otherwise pay stays bounded), so back to back the "
+                    f"flush pays FTS5 as before.{paced} What would close the back-to-back case: an index "
+                    "cheaper than FTS5 per row, or no search index in state.db (hermes-agent's search needs it)."
                 )
         for sync in self.syncs:
             for turn in self.turns(sync):
@@ -382,14 +403,43 @@ class Report:
                 rows.append(row)
             self.table(header, rows)
             # throughput
-            header = ["turn", "hermes msg/s", "floor msg/s"] + [f"{SHORT[p]} msg/s" for p in PEERS if p in self.res[sync]]
+            header = ["turn", "hermes msg/s", "hermes index catch-up at the end", "hermes msg/s with it",
+                      "floor msg/s"] + [f"{SHORT[p]} msg/s" for p in PEERS if p in self.res[sync]]
             rows = []
             for turn in self.turns(sync):
                 key = f"growth:{turn}"
-                row = [str(turn), rate(self.r(sync, "hermes", key, "msg_per_s")), rate(self.r(sync, "floor", key, "msg_per_s"))]
+                row = [str(turn), rate(self.r(sync, "hermes", key, "msg_per_s")),
+                       ms(self.r(sync, "hermes", key, "settle_ms")),
+                       rate(self.r(sync, "hermes", key, "msg_per_s_settled")),
+                       rate(self.r(sync, "floor", key, "msg_per_s"))]
                 row += [rate(self.r(sync, p, key, "msg_per_s")) for p in PEERS if p in self.res[sync]]
                 rows.append(row)
             self.table(header, rows)
+
+    def paced(self) -> None:
+        if not any(self.r(sync, "hermes", PACED) for sync in self.syncs):
+            return
+        self.w(
+            "## 1000-message turns at an agent's pace",
+            "",
+            "The same 1000-message growth, with 100 ms of idle time after each flush (untimed), where an agent "
+            "waits for its model (in real use seconds, not 100 ms). It is the case deferred indexing is made for: "
+            "hermes' flush commits its rows durably and returns, and its background thread indexes them during the "
+            "pause. The stores without deferred work cost the same as back to back. Catch-up: the time a search "
+            "right after the last flush spent indexing what was still pending.",
+            "",
+        )
+        header = ["sync", "hermes p50 / p99", "hermes catch-up at the end"]
+        header += [f"{SHORT[p]} p50 (÷ hermes)" for p in PEERS]
+        rows = []
+        for sync in self.syncs:
+            h = self.r(sync, "hermes", PACED) or {}
+            row = [sync, f"{ms(h.get('p50_ms'))} / {ms(h.get('p99_ms'))}", ms(h.get("settle_ms"))]
+            for p in PEERS:
+                v = self.r(sync, p, PACED, "p50_ms")
+                row.append(f"{ms(v)} ({ratio(v, h.get('p50_ms'))})" if ok(v) else "—")
+            rows.append(row)
+        self.table(header, rows)
 
     def noop(self) -> None:
         self.w(
@@ -616,6 +666,7 @@ class Report:
         self.targets()
         self.misses()
         self.growth()
+        self.paced()
         self.noop()
         self.concurrent()
         self.multiproc()
