@@ -297,7 +297,7 @@ class Report:
                     f"one JSON blob per item into a table with one index and no FTS; LangGraph ({ms(lg)}) writes "
                     "one msgpack blob of the whole state per checkpoint (O(total) as it grows: see the scaling "
                     "table). hermes indexes after the commit, but a caller that flushes again at once leaves no "
-                    "idle time for that: past 4,096 pending rows each write indexes its own rows in its "
+                    "idle time for that: past 16,384 pending rows each write indexes its own rows in its "
                     "transaction (the debt a search would otherwise pay stays bounded), so back to back the "
                     f"flush pays FTS5 as before.{paced} What would close the back-to-back case: an index "
                     "cheaper than FTS5 per row, or no search index in state.db (hermes-agent's search needs it)."

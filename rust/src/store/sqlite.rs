@@ -1584,14 +1584,18 @@ mod tests {
         let db = open(&dir);
         db.indexer.stop();
         create(&db, "s");
-        append(&db, "s", 4000).unwrap();
+        let limit = crate::store::search_index::MAX_PENDING_ROWS;
+        append(&db, "s", limit as usize - 100).unwrap();
+        append(&db, "s", 100).unwrap(); // just fits, in the same range
         append(&db, "s", 200).unwrap();
-        assert_eq!(pending_rows(&db), 4000);
+        assert_eq!(pending_rows(&db), limit);
+        let ranges = db.read(|c| Ok(count(c, "SELECT COUNT(*) FROM hermes_fts_pending")));
+        assert_eq!(ranges.unwrap(), 1);
         let indexed = |sql: &str| db.read(|c| Ok(count(c, sql))).unwrap();
         assert_eq!(indexed("SELECT COUNT(*) FROM messages_fts"), 200);
-        assert_eq!(indexed("SELECT MIN(rowid) FROM messages_fts"), 4001);
+        assert_eq!(indexed("SELECT MIN(rowid) FROM messages_fts"), limit + 1);
         index_now(&db);
-        assert_eq!(indexed("SELECT COUNT(*) FROM messages_fts"), 4200);
+        assert_eq!(indexed("SELECT COUNT(*) FROM messages_fts"), limit + 200);
     }
 
     #[test]
