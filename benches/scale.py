@@ -59,6 +59,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import workload  # noqa: E402
+from report import g, ms  # noqa: E402  (stdlib-only at import time)
 
 ns = time.perf_counter_ns
 RESULTS = HERE / "results" / "scale.json"
@@ -670,22 +671,6 @@ def main() -> int:
 # -- rendering (stdlib only: benches/report.py imports this module) ------------
 
 
-def g(d: Any, *keys: Any) -> Any:
-    for k in keys:
-        d = d.get(k) if isinstance(d, dict) else None
-    return d
-
-
-def fmt_ms(x: Any) -> str:
-    if not isinstance(x, (int, float)) or math.isnan(x):
-        return "—"
-    if x >= 100:
-        return f"{x:,.0f} ms"
-    if x >= 1:
-        return f"{x:.2f} ms"
-    return f"{x * 1000:.1f} µs"
-
-
 def times(a: Any, b: Any) -> str:
     ok = all(isinstance(x, (int, float)) and x > 0 for x in (a, b))
     return f"{a / b:.1f}×" if ok else "—"
@@ -791,8 +776,8 @@ def render_search(s: dict[str, Any]) -> list[str]:
         same = f"{u['same_ids']}/{u['compared']}" if "compared" in u else "—"
         rows.append([
             KIND_LABEL[kind], f"`{qs[0]}`", f"{s['fts_matches'].get(kind, 0):,}",
-            f"{fmt_ms(h.get('p50_ms'))} / {fmt_ms(h.get('p90_ms'))} ({h.get('n', 0)})",
-            f"{fmt_ms(u.get('p50_ms'))} / {fmt_ms(u.get('p90_ms'))} ({u.get('n', 0)})",
+            f"{ms(h.get('p50_ms'))} / {ms(h.get('p90_ms'))} ({h.get('n', 0)})",
+            f"{ms(u.get('p50_ms'))} / {ms(u.get('p90_ms'))} ({u.get('n', 0)})",
             times(u.get("p50_ms"), h.get("p50_ms")), same, "n/a", "n/a",
         ])
     lines += table(
@@ -858,7 +843,7 @@ def render_growth(gr: dict[str, Any], plot_path: str | None) -> list[str]:
             vals = [g(p, system, op, "p50_ms") for p in pts]
             if not any(isinstance(v, (int, float)) for v in vals):
                 continue
-            rows.append([label, NAME[system]] + [fmt_ms(v) for v in vals] + [shape(sessions, vals)])
+            rows.append([label, NAME[system]] + [ms(v) for v in vals] + [shape(sessions, vals)])
     lines += ["p50 at each number of sessions:", ""] + table(header, rows)
     if has_up:
         rows = []
@@ -870,7 +855,7 @@ def render_growth(gr: dict[str, Any], plot_path: str | None) -> list[str]:
     unindexed = [f"{p['sessions']:,} {NAME[s]}" for p in pts for s, i in (p.get("index") or {}).items()
                  if not i.get("complete")]
     loads = ", ".join(f"{p['loadavg'][0]:.1f}" for p in pts if p.get("loadavg"))
-    opens = ", ".join(f"{fmt_ms(1000 * g(p, 'upstream', 'open_s'))}" for p in pts if g(p, "upstream", "open_s"))
+    opens = ", ".join(f"{ms(1000 * g(p, 'upstream', 'open_s'))}" for p in pts if g(p, "upstream", "open_s"))
     lines += [
         f"Checks (flushed rows counted, loaded length, count value): {'all ok' if not bad else 'FAILED: ' + '; '.join(bad)}. "
         "Before each checkpoint's measurements, every row of both files was in their search indexes "
