@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.agents import agent_shell
 
 from hermes.state import SessionDB
 
@@ -40,33 +41,9 @@ def db(db_path: Path, hermes_home: Path) -> Iterator[SessionDB]:
     store.close()
 
 
-def make_agent(
-    db: SessionDB | None,
-    session_id: str | None = "s1",
-    platform: str | None = "cli",
-    **attrs: Any,
-) -> Any:
-    """An ``AIAgent`` made with ``object.__new__``, carrying only the attributes
-    SPEC §4 lists (plus any overrides)."""
-    from hermes.agent import AIAgent
-
-    agent = object.__new__(AIAgent)
-    agent._session_db = db
-    agent._session_db_created = False
-    agent.session_id = session_id
-    agent.platform = platform
-    agent._session_messages = []
-    agent._last_flushed_db_idx = 0
-    agent._flushed_db_message_ids = set()
-    agent._flushed_db_message_session_id = None
-    for name, value in attrs.items():
-        setattr(agent, name, value)
-    return agent
-
-
 @pytest.fixture
 def agent_factory(hermes_home: Path) -> Callable[..., Any]:
-    return make_agent
+    return agent_shell
 
 
 def _run(*cmd: str) -> bool:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.agents import assert_exact, contents
 
 from hermes.errors import ReadOnlyDatabaseError
 from hermes.recovery import claimed_path, recover_all
@@ -28,16 +29,6 @@ from hermes.state import SessionDB
 
 def msg(text: str, role: str = "user") -> dict[str, Any]:
     return {"role": role, "content": text}
-
-
-def contents(db: SessionDB, sid: str = "s1") -> list[Any]:
-    return [m["content"] for m in db.get_messages(sid)]
-
-
-def assert_exact(db: SessionDB, expected: list[Any], sid: str = "s1") -> None:
-    assert contents(db, sid) == expected
-    session = db.get_session(sid)
-    assert session is not None and session["message_count"] == len(expected)
 
 
 def pending(agent: Any, messages: list[Any]) -> list[Any]:

@@ -10,6 +10,7 @@ from types import MappingProxyType
 from typing import Any, Callable
 
 import pytest
+from support.agents import assert_exact, contents
 
 from hermes.agent import AIAgent
 from hermes.state import SessionDB
@@ -17,17 +18,6 @@ from hermes.state import SessionDB
 
 def msg(text: str, role: str = "user", **extra: Any) -> dict[str, Any]:
     return {"role": role, "content": text, **extra}
-
-
-def contents(db: SessionDB, sid: str = "s1") -> list[Any]:
-    return [m["content"] for m in db.get_messages(sid)]
-
-
-def assert_exact(db: SessionDB, expected: list[Any], sid: str = "s1") -> None:
-    """The session holds exactly ``expected`` in order and its counter agrees."""
-    assert contents(db, sid) == expected
-    session = db.get_session(sid)
-    assert session is not None and session["message_count"] == len(expected)
 
 
 # -- the basics -------------------------------------------------------------------------

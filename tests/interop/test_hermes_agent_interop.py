@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.agents import agent_shell
 
-from hermes.agent import AIAgent
 from hermes.state import SessionDB
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,37 +134,16 @@ def tool_calls_in(messages: list[dict[str, Any]]) -> int:
     return sum(len(m.get("tool_calls") or []) for m in messages)
 
 
-def our_agent(db: SessionDB, session_id: str) -> Any:
-    agent = object.__new__(AIAgent)
-    agent._session_db = db
-    agent._session_db_created = False
-    agent.session_id = session_id
-    agent.platform = "cli"
-    agent._session_messages = []
-    agent._last_flushed_db_idx = 0
-    agent._flushed_db_message_ids = set()
-    agent._flushed_db_message_session_id = None
-    return agent
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "hermes_home"
-    home.mkdir()
-    monkeypatch.setenv("HERMES_HOME", str(home))
-    return home
-
-
 # -- a file we write ------------------------------------------------------------------
 
-def test_file_we_write_reads_identically_in_hermes_agent_and_it_can_append(tmp_path: Path, home: Path) -> None:
+def test_file_we_write_reads_identically_in_hermes_agent_and_it_can_append(tmp_path: Path, hermes_home: Path) -> None:
     path = tmp_path / "state.db"
     first = turn_one()
     with SessionDB(path) as db:
-        agent = our_agent(db, "ours-1")
+        agent = agent_shell(db, "ours-1")
         assert agent._flush_messages_to_session_db(first) is True
 
-    theirs = peer("read", path, "ours-1", home)
+    theirs = peer("read", path, "ours-1", hermes_home)
     assert shape(theirs["conversation"]) == shape(first)
     assert theirs["message_count"] == theirs["rows"] == len(first)
     assert theirs["tool_call_count"] == tool_calls_in(first)
@@ -172,7 +151,7 @@ def test_file_we_write_reads_identically_in_hermes_agent_and_it_can_append(tmp_p
 
     # hermes-agent appends to our file; its counters stay exact.
     second = turn_two()
-    theirs = peer("append", path, "ours-1", home, messages=second)
+    theirs = peer("append", path, "ours-1", hermes_home, messages=second)
     assert theirs["message_count"] == theirs["rows"] == len(first) + len(second)
     assert theirs["tool_call_count"] == tool_calls_in(first + second)
     assert shape(theirs["conversation"]) == shape(first + second)
@@ -183,37 +162,37 @@ def test_file_we_write_reads_identically_in_hermes_agent_and_it_can_append(tmp_p
         assert shape(ours) == shape(first + second)
         assert db.message_count("ours-1") == len(ours) == len(first) + len(second)
         third = [{"role": "user", "content": "Thanks — ありがとう 🙏"}, {"role": "assistant", "content": "You're welcome."}]
-        agent = our_agent(db, "ours-1")
+        agent = agent_shell(db, "ours-1")
         agent._session_db_created = True
         assert agent._flush_messages_to_session_db(ours + third, ours) is True
         session = db.get_session("ours-1")
         assert session is not None
         assert session["message_count"] == len(db.get_messages("ours-1")) == len(first + second + third)
 
-    theirs = peer("read", path, "ours-1", home)
+    theirs = peer("read", path, "ours-1", hermes_home)
     assert shape(theirs["conversation"]) == shape(first + second + third)
     assert theirs["message_count"] == theirs["rows"] == len(first + second + third)
 
 
-def test_hermes_agent_finds_our_messages_by_full_text_search(tmp_path: Path, home: Path) -> None:
+def test_hermes_agent_finds_our_messages_by_full_text_search(tmp_path: Path, hermes_home: Path) -> None:
     path = tmp_path / "state.db"
     with SessionDB(path) as db:
         db.create_session("ours-fts", "cli")
         db.append_messages("ours-fts", [{"role": "user", "content": "the quetzalcoatl deployment failed"}])
-    assert peer("search", path, "ours-fts", home, query="quetzalcoatl")["hits"] == ["ours-fts"]
+    assert peer("search", path, "ours-fts", hermes_home, query="quetzalcoatl")["hits"] == ["ours-fts"]
 
 
 # -- a file it writes ------------------------------------------------------------------
 
-def test_file_hermes_agent_writes_opens_here_reads_identically_and_we_append(tmp_path: Path, home: Path) -> None:
+def test_file_hermes_agent_writes_opens_here_reads_identically_and_we_append(tmp_path: Path, hermes_home: Path) -> None:
     path = tmp_path / "state.db"
     first = turn_one()
     # Its per-message API (list-of-parts content stored as JSON) ...
-    theirs = peer("append", path, "theirs-1", home, messages=first)
+    theirs = peer("append", path, "theirs-1", hermes_home, messages=first)
     assert theirs["message_count"] == theirs["rows"] == len(first)
     # ... and its agent's flush (its real write path; it flattens a list of
     # parts to text, which both programs must then read alike).
-    their_flush = peer("flush", path, "theirs-agent", home, messages=first)
+    their_flush = peer("flush", path, "theirs-agent", hermes_home, messages=first)
     assert their_flush["message_count"] == their_flush["rows"] == len(first)
 
     with SessionDB(path) as db:
@@ -226,7 +205,7 @@ def test_file_hermes_agent_writes_opens_here_reads_identically_and_we_append(tmp
 
         # Our agent resumes the session and appends a turn.
         second = turn_two()
-        agent = our_agent(db, "theirs-1")
+        agent = agent_shell(db, "theirs-1")
         assert agent._flush_messages_to_session_db(ours + second, ours) is True
         # A repeated flush from another exit path writes nothing more.
         assert agent._flush_messages_to_session_db(ours + second, ours) is True
@@ -234,13 +213,13 @@ def test_file_hermes_agent_writes_opens_here_reads_identically_and_we_append(tmp
         assert shape(db.get_messages_as_conversation("theirs-1")) == shape(first + second)
         assert db.search_messages("pytest", session_id="theirs-1")
 
-    theirs = peer("read", path, "theirs-1", home)
+    theirs = peer("read", path, "theirs-1", hermes_home)
     assert shape(theirs["conversation"]) == shape(first + second)
     assert theirs["message_count"] == theirs["rows"] == len(first + second)
     assert theirs["tool_call_count"] == tool_calls_in(first + second)
 
     # And it can keep going after us.
-    theirs = peer("append", path, "theirs-1", home, messages=[{"role": "user", "content": "One more: ¿qué tal?"}])
+    theirs = peer("append", path, "theirs-1", hermes_home, messages=[{"role": "user", "content": "One more: ¿qué tal?"}])
     assert theirs["message_count"] == theirs["rows"] == len(first + second) + 1
     with SessionDB(path) as db:
         assert db.message_count("theirs-1") == len(db.get_messages("theirs-1")) == len(first + second) + 1

@@ -39,13 +39,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hermes.agent import AIAgent
 from hermes.agent.persistence import SPOOL_AFTER_FAILURES
 from hermes.recovery import spool_path
 from hermes.state import SessionDB
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from support.agents import agent_shell
 
 from .harness import setting
 
@@ -97,16 +97,7 @@ class FlushMachine(RuleBasedStateMachine):
         os.environ["HERMES_HOME"] = str(self.tmp / "home")
         self.path = self.tmp / "state.db"
         self.db = SessionDB(self.path, synchronous="NORMAL", busy_budget=0.02)
-        agent = object.__new__(AIAgent)
-        agent._session_db = self.db
-        agent._session_db_created = False
-        agent.session_id = "s0"
-        agent.platform = "fuzz"
-        agent._session_messages = []
-        agent._last_flushed_db_idx = 0
-        agent._flushed_db_message_ids = set()
-        agent._flushed_db_message_session_id = None
-        self.agent = agent
+        self.agent = agent_shell(self.db, "s0", "fuzz")
         self.live: list[Any] = []
         self.history: list[Any] | None = None
         self.removed: list[dict[str, Any]] = []
@@ -300,24 +291,11 @@ TestFlushAgainstTheModel = FlushMachine.TestCase
 # -- regressions found by the machine ---------------------------------------------------------
 
 
-def bare_agent(db: SessionDB, session_id: str = "s0") -> Any:
-    agent = object.__new__(AIAgent)
-    agent._session_db = db
-    agent._session_db_created = False
-    agent.session_id = session_id
-    agent.platform = "fuzz"
-    agent._session_messages = []
-    agent._last_flushed_db_idx = 0
-    agent._flushed_db_message_ids = set()
-    agent._flushed_db_message_session_id = None
-    return agent
-
-
 def test_a_removed_message_put_back_is_not_written_twice(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HERMES_HOME", str(tmp_path / "home"))
     with SessionDB(tmp_path / "state.db") as db:
-        agent = bare_agent(db)
+        agent = agent_shell(db, "s0", "fuzz")
         once = {"role": "user", "content": "once"}
         live: list[Any] = [once]
         assert agent._flush_messages_to_session_db(live) is True
