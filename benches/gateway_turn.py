@@ -491,7 +491,8 @@ class Worker:
 
             setattr(owner, attr, timed)
 
-        # A turn reaches the store in two hops: turn._open_turn and turn._close_turn.
+        # A turn reaches the store through AsyncSessionStore.call (a thread hop) when it must
+        # commit or read much; otherwise on the loop (call_here, not timed apart).
         wrap_async(session.AsyncSessionStore, "call", "session.py:AsyncSessionStore.call")
         wrap_async(
             run.GatewayRunner,

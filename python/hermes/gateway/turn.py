@@ -118,22 +118,16 @@ async def _open(runner: GatewayRunner, source: SessionSource,
     return entry, await store.call(lambda s: s.load_transcript(entry.session_id))
 
 
-def _closes_on_loop(entry: SessionEntry, needs_meta: bool, result: dict[str, Any]) -> bool:
-    """Whether the turn's end writes nothing to the database (the agent wrote its rows; the
-    activity bookkeeping is memory-only)."""
-    return (not transcript.writes_rows(first_turn=needs_meta, result=result)
-            and not (entry.resume_pending and resume.turn_completed(result)))
-
-
 def _close_turn(store: SessionStore, entry: SessionEntry, session_key: str, event: MessageEvent,
-                needs_meta: bool, history_len: int, result: dict[str, Any]) -> None:
+                needs_meta: bool, history_len: int, result: dict[str, Any],
+                clears_resume: bool) -> None:
     """Every write of a finished turn; the cache re-baseline must follow all of them."""
     transcript.write_turn(store, entry.session_id, event, first_turn=needs_meta,
                           history_len=history_len, result=result)
     try:
         store.update_session(session_key,
                              last_prompt_tokens=int(result.get("last_prompt_tokens") or 0))
-        if entry.resume_pending and resume.turn_completed(result):
+        if clears_resume:
             store.clear_resume_pending(session_key)
     except HermesError as exc:
         # Bookkeeping only: the turn's messages are stored (or spooled) and the user gets the
@@ -166,8 +160,10 @@ async def handle_with_agent(runner: GatewayRunner, event: MessageEvent, source: 
         logger.info("dropping the result of a disowned turn of %s", session_key)
         return None
     store = runner.async_session_store
-    close_args = (entry, session_key, event, needs_meta, len(agent_history), result)
-    if _closes_on_loop(entry, needs_meta, result):
+    clears_resume = entry.resume_pending and resume.turn_completed(result)
+    close_args = (entry, session_key, event, needs_meta, len(agent_history), result, clears_resume)
+    # Nothing to commit (the agent wrote its rows; activity is memory-only): stay on the loop.
+    if not clears_resume and not transcript.writes_rows(first_turn=needs_meta, result=result):
         store.call_here(_close_turn, *close_args)
     else:
         await store.call(_close_turn, *close_args)

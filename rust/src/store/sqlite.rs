@@ -138,9 +138,12 @@ const CHECKPOINT_FRAMES: i32 = 1000;
 
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 
-/// Whether a read came up short (see `SqliteBackend::cut`).
-fn is_short_read(e: &rusqlite::Error) -> bool {
-    e.sqlite_error().map(|f| f.extended_code) == Some(rusqlite::ffi::SQLITE_IOERR_SHORT_READ)
+/// Sets `cut` if `e` is a read that came up short (see `SqliteBackend::cut`).
+fn note_short_read(cut: &AtomicBool, e: &rusqlite::Error) {
+    let short = rusqlite::ffi::SQLITE_IOERR_SHORT_READ;
+    if e.sqlite_error().map(|f| f.extended_code) == Some(short) {
+        cut.store(true, Ordering::Release);
+    }
 }
 
 trait At<T> {
@@ -243,28 +246,14 @@ impl SqliteBackend {
                         Ok(true) => Step::More,
                         Ok(false) => Step::Done,
                         Err(e) => {
-                            if is_short_read(&e) {
-                                cut.store(true, Ordering::Release);
-                            }
+                            note_short_read(&cut, &e);
                             return Step::Failed;
                         }
                     }
                 };
                 if matches!(step, Step::Done) && due.swap(false, Ordering::AcqRel) {
-                    // On a connection of its own, without the writer: a passive
-                    // checkpoint runs beside commits instead of ahead of them.
-                    let done = match checkpointer.as_ref() {
-                        Some(conn) => conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)"),
-                        None => Self::connect_raw(&path, sync).and_then(|conn| {
-                            let done = conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)");
-                            checkpointer = Some(conn);
-                            done
-                        }),
-                    };
-                    if let Err(e) = done {
-                        if is_short_read(&e) {
-                            cut.store(true, Ordering::Release);
-                        }
+                    if let Err(e) = Self::passive_checkpoint(&mut checkpointer, &path, sync) {
+                        note_short_read(&cut, &e);
                         due.store(true, Ordering::Release);
                         return Step::Failed;
                     }
@@ -392,12 +381,6 @@ impl SqliteBackend {
     }
 
     /// Remembers a short read (see `cut`).
-    fn note_short_read(&self, e: &rusqlite::Error) {
-        if is_short_read(e) {
-            self.cut.store(true, Ordering::Release);
-        }
-    }
-
     fn ensure_not_cut(&self) -> Result<()> {
         if !self.cut.load(Ordering::Acquire) {
             return Ok(());
@@ -407,6 +390,20 @@ impl SqliteBackend {
             path: self.path.clone(),
             detail: "a read came up short: the file or its write-ahead log was cut while open, and a commit now would damage the database; nothing was written. Restart to recover the intact part, then retry".into(),
         })
+    }
+
+    /// A passive checkpoint on the indexer's own connection (opened on first
+    /// use), without the writer: it runs beside commits, not ahead of them.
+    fn passive_checkpoint(
+        conn: &mut Option<Connection>,
+        path: &Path,
+        sync: Synchronous,
+    ) -> rusqlite::Result<()> {
+        let conn = match conn {
+            Some(conn) => conn,
+            None => conn.insert(Self::connect_raw(path, sync)?),
+        };
+        conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)")
     }
 
     /// Borrows a reader connection for `f`, opening one when none is idle.
@@ -423,13 +420,13 @@ impl SqliteBackend {
         let conn = match lock(&self.readers).pop() {
             Some(c) => c,
             None => Self::connect_raw(&self.path, self.options.synchronous).map_err(|e| {
-                self.note_short_read(&e);
+                note_short_read(&self.cut, &e);
                 Error::sqlite(&self.path, e)
             })?,
         };
         let out = f(&conn);
         if let Err(e) = &out {
-            self.note_short_read(e);
+            note_short_read(&self.cut, e);
         }
         if !self.closed.load(Ordering::Acquire) {
             lock(&self.readers).push(conn);
@@ -539,7 +536,7 @@ impl SqliteBackend {
             let budget = deadline.saturating_duration_since(Instant::now());
             let more = Self::with_busy_retry(&self.path, budget, || {
                 w.index_pending(up_to, CATCH_UP_CHUNK_ROWS)
-                    .inspect_err(|e| self.note_short_read(e))
+                    .inspect_err(|e| note_short_read(&self.cut, e))
             })?;
             if !more || Instant::now() >= deadline {
                 return Ok(());
@@ -568,7 +565,7 @@ impl SqliteBackend {
     ) -> std::result::Result<(Vec<WriteOut>, bool), Failure> {
         let path = &self.path;
         let batch = |e: rusqlite::Error| {
-            self.note_short_read(&e);
+            note_short_read(&self.cut, &e);
             Failure::Batch(Error::sqlite(path, e))
         };
         conn.execute_batch("BEGIN IMMEDIATE").map_err(batch)?;
