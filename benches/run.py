@@ -151,30 +151,15 @@ def summarize_driver(raw: dict[str, Any]) -> dict[str, Any]:
         elif name == "noop":
             s = summary(value["flush_ns"])
             out[key] = {**s, "messages": value["messages"], "rows_ok": value["rows"] == value["messages"]}
-        elif name == "concurrent":
+        elif name in ("concurrent", "multiproc"):
             s = summary(value["flush_ns"])
             wall_s = value["wall_ns"] / 1e9
             out[key] = {
                 **s,
-                "threads": value["threads"],
+                **{k: value[k] for k in ("threads", "procs", "counts_ok") if k in value},
                 "turn": value["turn"],
                 "messages": value["messages"],
                 "rows_ok": value["rows"] == value["messages"],
-                "msg_per_s": value["messages"] / wall_s,
-                "wall_s": wall_s,
-                "error_count": value["error_count"],
-                "errors": value["errors"],
-            }
-        elif name == "multiproc":
-            s = summary(value["flush_ns"])
-            wall_s = value["wall_ns"] / 1e9
-            out[key] = {
-                **s,
-                "procs": value["procs"],
-                "turn": value["turn"],
-                "messages": value["messages"],
-                "rows_ok": value["rows"] == value["messages"],
-                "counts_ok": value["counts_ok"],
                 "msg_per_s": value["messages"] / wall_s,
                 "wall_s": wall_s,
                 "error_count": value["error_count"],
