@@ -82,6 +82,16 @@ def test_create_session_is_idempotent_and_fills_only_null_columns(db: SessionDB,
     assert count_rows("SELECT COUNT(*) FROM sessions") == 1
 
 
+def test_ensure_session_creates_once_and_keeps_the_row(db: SessionDB) -> None:
+    """hermes-agent's ``ensure_session``: the row exists afterwards; a second call keeps it."""
+    assert db.ensure_session("s1", "cli", model="m1") == "s1"
+    db.append_message("s1", "user", "hello")
+    assert db.ensure_session("s1", "gateway", model="m2") == "s1"
+    row = db.get_session("s1")
+    assert row is not None
+    assert (row["source"], row["model"], row["message_count"]) == ("cli", "m1", 1)
+
+
 def test_create_session_extra_columns_and_unknown_column(db: SessionDB, count_rows: Any, db_path: Path) -> None:
     db.create_session("s1", "telegram", session_key="agent:main:telegram:dm:1", chat_id="42",
                       chat_type="dm", parent_session_id=None)
