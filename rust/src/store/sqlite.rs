@@ -185,7 +185,11 @@ impl SqliteBackend {
                 source: Arc::new(source),
             })?;
         let file_id = Self::file_id(&path)?;
-        let mut conn = Self::connect(&path, options.synchronous)?;
+        // Switching a new file to WAL needs a moment of exclusive access: two
+        // processes creating the file at once wait for each other like writers.
+        let mut conn = Self::with_busy_retry(&path, options.busy_budget, || {
+            Self::connect(&path, options.synchronous)
+        })?;
         Self::with_busy_retry(&path, options.busy_budget, || {
             conn.execute_batch("BEGIN IMMEDIATE")?;
             let done = schema::ensure(&conn).and_then(|_| conn.execute_batch("COMMIT"));
@@ -319,13 +323,9 @@ impl SqliteBackend {
 
     /// A connection to the file, which must exist: only `open` creates it
     /// (with mode 0600), so a file deleted under us is not silently recreated
-    /// world-readable and empty by a later reader.
-    fn connect(path: &Path, sync: Synchronous) -> Result<Connection> {
-        Self::connect_raw(path, sync).at(path)
-    }
-
-    /// Like `connect`, leaving the SQLite error to the caller to classify.
-    fn connect_raw(path: &Path, sync: Synchronous) -> rusqlite::Result<Connection> {
+    /// world-readable and empty by a later reader. The SQLite error is left
+    /// to the caller to classify.
+    fn connect(path: &Path, sync: Synchronous) -> rusqlite::Result<Connection> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
             | OpenFlags::SQLITE_OPEN_URI;
@@ -401,7 +401,7 @@ impl SqliteBackend {
     ) -> rusqlite::Result<()> {
         let conn = match conn {
             Some(conn) => conn,
-            None => conn.insert(Self::connect_raw(path, sync)?),
+            None => conn.insert(Self::connect(path, sync)?),
         };
         conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)")
     }
@@ -419,7 +419,7 @@ impl SqliteBackend {
         self.ensure_open()?;
         let conn = match lock(&self.readers).pop() {
             Some(c) => c,
-            None => Self::connect_raw(&self.path, self.options.synchronous).map_err(|e| {
+            None => Self::connect(&self.path, self.options.synchronous).map_err(|e| {
                 note_short_read(&self.cut, &e);
                 Error::sqlite(&self.path, e)
             })?,
@@ -1368,6 +1368,26 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    #[test]
+    fn opening_waits_for_another_process_holding_the_new_file() {
+        // Another opener of a brand-new file holds it exclusively for longer
+        // than one busy wait (it is switching it to WAL and creating tables).
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let other = Connection::open(&path).unwrap();
+        other
+            .execute_batch("CREATE TABLE t(x); BEGIN EXCLUSIVE; INSERT INTO t VALUES (1);")
+            .unwrap();
+        let holder = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            other.execute_batch("COMMIT").unwrap();
+        });
+        let db = open(&dir);
+        holder.join().unwrap();
+        create(&db, "s");
+        assert_eq!(db.message_count("s").unwrap(), Some(0));
     }
 
     #[test]
