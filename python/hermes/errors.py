@@ -8,6 +8,7 @@ place, ``rust/src/error.rs``) and re-exported here as the public names::
     │   ├── CorruptDatabaseError     damaged file
     │   │   └── NotADatabaseError    not SQLite at all (left untouched)
     │   ├── DatabaseLockedError      write lock held past the retry budget
+    │   │   └── WriterBusyError      a write made without waiting found another one
     │   ├── ReadOnlyDatabaseError    file or directory not writable
     │   ├── DiskFullError            no space left
     │   └── DatabaseClosedError      used after close()
@@ -30,6 +31,7 @@ from hermes._core import (
     ReadOnlyDatabaseError,
     SessionNotFoundError,
     StateDbError,
+    WriterBusyError,
 )
 
 __all__ = [
@@ -44,4 +46,5 @@ __all__ = [
     "ReadOnlyDatabaseError",
     "SessionNotFoundError",
     "StateDbError",
+    "WriterBusyError",
 ]

@@ -6,22 +6,24 @@ Rust core (:class:`hermes._core.Store`), which releases the GIL for every SQL
 statement, fsync and busy wait; this module is its typed, documented face.
 
 ``SessionDB`` is synchronous and thread-safe. ``AsyncSessionDB`` offers the
-same methods as coroutines that run off the event loop.
+same methods as coroutines that run off the event loop; ``writes_without_waiting``
+lets an event loop make a short write itself when no other writer is in the way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from hermes._core import Store
+from hermes._core import Store, set_writes_wait
 from hermes.paths import state_db_path
 
-__all__ = ["AsyncSessionDB", "SessionDB", "Synchronous"]
+__all__ = ["AsyncSessionDB", "SessionDB", "Synchronous", "writes_without_waiting"]
 
 Synchronous = Literal["FULL", "NORMAL"]
 
@@ -291,6 +293,23 @@ class AsyncSessionDB:
             return await asyncio.to_thread(method, *args, **kwargs)
 
         return offloaded
+
+
+@contextlib.contextmanager
+def writes_without_waiting() -> Iterator[None]:
+    """Within the block, every write made on this thread (to any ``SessionDB``) starts at once
+    or raises :class:`hermes.errors.WriterBusyError` having written nothing: when another write
+    of the same store is running or queued, or another process holds the file's write lock.
+
+    For an event loop: it may commit a short write itself (a thread hop costs more than the
+    commit at ``synchronous="NORMAL"``) but must never sit waiting for another writer. Retry a
+    ``WriterBusyError`` off the loop.
+    """
+    waited = set_writes_wait(False)
+    try:
+        yield
+    finally:
+        set_writes_wait(waited)
 
 
 def _epoch(value: float | datetime) -> float:

@@ -43,6 +43,12 @@ create_exception!(
 );
 create_exception!(
     _core,
+    WriterBusyError,
+    DatabaseLockedError,
+    "A write made without waiting found another write in progress; nothing was written."
+);
+create_exception!(
+    _core,
     ReadOnlyDatabaseError,
     StateDbError,
     "The database file or its directory cannot be written."
@@ -106,6 +112,9 @@ pub enum Error {
         #[source]
         source: std::sync::Arc<std::io::Error>,
     },
+
+    #[error("{path}: another write was in progress and this one was made without waiting (hermes.state.writes_without_waiting); nothing was written. Retry it where waiting is allowed, off the event loop.")]
+    WriterBusy { path: PathBuf },
 
     #[error("{path}: the store is closed; open a new SessionDB")]
     Closed { path: PathBuf },
@@ -210,6 +219,7 @@ impl From<Error> for PyErr {
                 std::io::ErrorKind::StorageFull => DiskFullError::new_err(msg),
                 _ => StateDbError::new_err(msg),
             },
+            Error::WriterBusy { .. } => WriterBusyError::new_err(msg),
             Error::Closed { .. } => DatabaseClosedError::new_err(msg),
             Error::SessionNotFound { .. } => SessionNotFoundError::new_err(msg),
             Error::Encode { .. } => MessageEncodeError::new_err(msg),
@@ -284,6 +294,7 @@ mod tests {
                 "CorruptDatabaseError",
             ),
             (Error::Closed { path: p.clone() }, "DatabaseClosedError"),
+            (Error::WriterBusy { path: p.clone() }, "WriterBusyError"),
             (
                 Error::SessionNotFound {
                     session_id: "s".into(),

@@ -22,13 +22,13 @@ mod _core {
     use super::*;
 
     #[pymodule_export]
-    use crate::py_store::{FlushTracker, Store};
+    use crate::py_store::{set_writes_wait, FlushTracker, Store};
 
     #[pymodule_export]
     use crate::error::{
         ConfigError, CorruptDatabaseError, DatabaseClosedError, DatabaseLockedError, DiskFullError,
         HermesError, MessageEncodeError, NotADatabaseError, ReadOnlyDatabaseError,
-        SessionNotFoundError, StateDbError,
+        SessionNotFoundError, StateDbError, WriterBusyError,
     };
 
     #[pymodule_init]

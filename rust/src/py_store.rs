@@ -33,6 +33,21 @@ pub struct FlushTracker {
     inner: Mutex<Tracker>,
 }
 
+thread_local! {
+    /// Whether writes made on this thread may wait for other writers (see
+    /// [`set_writes_wait`]).
+    static WRITES_WAIT: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
+/// Sets whether writes made on the calling thread, to any store, may wait for
+/// other writers; returns the previous setting. An event loop turns waiting
+/// off around a short write, which then either starts at once or fails with
+/// `WriterBusyError` having written nothing.
+#[pyfunction]
+pub fn set_writes_wait(wait: bool) -> bool {
+    WRITES_WAIT.replace(wait)
+}
+
 fn log_warnings(py: Python<'_>, context: &str, warnings: &Warnings) {
     if warnings.0.is_empty() {
         return;
@@ -159,7 +174,11 @@ fn rows_to_list<'py>(
 impl Store {
     fn write(&self, py: Python<'_>, op: WriteOp) -> PyResult<WriteOut> {
         let backend = &*self.backend;
-        Ok(py.detach(|| backend.write(op))?)
+        if WRITES_WAIT.get() {
+            Ok(py.detach(|| backend.write(op))?)
+        } else {
+            Ok(py.detach(|| backend.write_now(op))?)
+        }
     }
 
     fn ids(out: WriteOut) -> Vec<i64> {

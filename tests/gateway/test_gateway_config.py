@@ -14,11 +14,13 @@ from hermes.gateway.platforms import create_adapter
 def test_defaults_need_no_arguments() -> None:
     config = GatewayConfig()
     assert config.busy_policy == "queue"
+    assert config.synchronous == "FULL"
     assert config.enabled_platforms() == {Platform.API_SERVER: PlatformConfig(enabled=True)}
 
 
 @pytest.mark.parametrize("bad", [{"busy_policy": "drop"}, {"agent_cache_size": 0},
-                                 {"drain_timeout": -1.0}, {"agent_factory": "no_colon"}])
+                                 {"drain_timeout": -1.0}, {"agent_factory": "no_colon"},
+                                 {"synchronous": "OFF"}])
 def test_bad_values_say_what_to_do(bad: dict[str, object]) -> None:
     with pytest.raises(ConfigError, match="invalid: "):
         GatewayConfig(**bad)  # type: ignore[arg-type]
@@ -35,8 +37,10 @@ def test_load_from_yaml_and_environment(home: Path, monkeypatch: pytest.MonkeyPa
         "    webhook: {adapter: 'pkg.mod:Adapter', allowed_users: [alice, 7], extra: {port: 1}}\n"
         "    api_server: {enabled: false}\n")
     monkeypatch.setenv("HERMES_GATEWAY_DRAIN_TIMEOUT", "2.5")
+    monkeypatch.setenv("HERMES_GATEWAY_SYNCHRONOUS", "NORMAL")
     config = load_gateway_config()
     assert (config.busy_policy, config.agent_cache_size, config.drain_timeout) == ("interrupt", 4, 2.5)
+    assert config.synchronous == "NORMAL"
     assert config.group_sessions_per_user is False
     assert config.state_db == Path("/tmp/x.db")
     assert config.enabled_platforms() == {Platform.WEBHOOK: PlatformConfig(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from support import scripted_agent
 from support.events import RECORDING, RunnerFactory, event
 
+from hermes.errors import HermesError
 from hermes.gateway import turn
 from hermes.gateway.config import PlatformConfig
 from hermes.gateway.run import GatewayRunner
@@ -269,3 +271,72 @@ async def test_only_turns_that_cannot_wait_on_the_database_run_on_the_loop(
     # The routing entry is still looked up in memory; the long transcript is read off the loop.
     assert (on_loop["get_or_create_session"], on_loop["load_transcript"]) == ([True], [False])
     assert _roles(runner) == ["user", "assistant", "session_meta"] + ["user", "assistant"] * 2
+
+
+async def test_at_normal_a_first_turn_commits_its_session_meta_on_the_loop(
+        make_runner: RunnerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = await make_runner(synchronous="NORMAL")
+    assert _db(runner).synchronous == "NORMAL"
+    loop_thread = threading.current_thread()
+    on_loop: list[bool] = []
+    original = runner.session_store.append_to_transcript
+
+    def recording(session_id: str, message: dict[str, Any], skip_db: bool = False) -> None:
+        if not skip_db:
+            on_loop.append(threading.current_thread() is loop_thread)
+        original(session_id, message, skip_db=skip_db)
+    monkeypatch.setattr(runner.session_store, "append_to_transcript", recording)
+
+    await runner._handle_message(event("one"))
+    assert on_loop == [True]  # the session_meta row, committed on the loop
+    sid = _session_id(runner)
+    key = runner._session_key_for(event("").source)
+    assert runner._agent_cache[key][2] == _db(runner).message_count(sid) == 3
+
+
+async def test_a_first_turn_never_waits_on_the_loop_for_another_writer(
+        make_runner: RunnerFactory, monkeypatch: pytest.MonkeyPatch,
+        hold_write_lock: Any) -> None:
+    """At NORMAL, when another process holds the write lock as the session_meta row is due,
+    the commit on the loop gives up at once, writing nothing, and the row is written from a
+    thread once the lock is free; the loop keeps serving meanwhile."""
+    runner = await make_runner(synchronous="NORMAL")
+    loop_thread = threading.current_thread()
+    lock = contextlib.ExitStack()
+    run_agent = runner._run_agent
+
+    async def run_then_lock(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        result = await run_agent(*args, **kwargs)  # the agent has written its rows
+        # Another process: SQLite's locks are per process, so it must be one to be seen.
+        await asyncio.to_thread(lock.enter_context, hold_write_lock(_db(runner).db_path))
+        return result
+    monkeypatch.setattr(runner, "_run_agent", run_then_lock)
+    meta_writes: list[tuple[bool, str]] = []
+    append = runner.session_store.append_to_transcript
+
+    def recording(session_id: str, message: dict[str, Any], skip_db: bool = False) -> None:
+        if skip_db:
+            return append(session_id, message, skip_db=True)
+        where = threading.current_thread() is loop_thread
+        try:
+            append(session_id, message)
+        except HermesError as exc:
+            meta_writes.append((where, type(exc).__name__))
+            raise
+        meta_writes.append((where, "written"))
+    monkeypatch.setattr(runner.session_store, "append_to_transcript", recording)
+
+    turn_task = asyncio.ensure_future(runner._handle_message(event("hello")))
+    while not meta_writes:
+        await asyncio.sleep(0.005)
+    assert meta_writes == [(True, "WriterBusyError")]
+    for _ in range(20):  # 0.2 s in which the loop keeps running: this sleep returns
+        await asyncio.sleep(0.01)
+    assert not turn_task.done()  # the row waits for the lock, in a thread
+    lock.close()  # the holder rolls back and exits
+    assert await turn_task == "echo: hello [history=0]"
+    assert meta_writes == [(True, "WriterBusyError"), (False, "written")]
+    assert _roles(runner) == ["user", "assistant", "session_meta"]
+    sid = _session_id(runner)
+    key = runner._session_key_for(event("").source)
+    assert runner._agent_cache[key][2] == _db(runner).message_count(sid) == 3

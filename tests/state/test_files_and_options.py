@@ -23,8 +23,9 @@ from hermes.errors import (
     NotADatabaseError,
     ReadOnlyDatabaseError,
     StateDbError,
+    WriterBusyError,
 )
-from hermes.state import AsyncSessionDB, SessionDB
+from hermes.state import AsyncSessionDB, SessionDB, writes_without_waiting
 
 
 
@@ -251,6 +252,23 @@ def test_async_session_db_runs_off_the_event_loop(tmp_path: Path, hold_write_loc
     assert elapsed >= 0.5
     assert ticks >= 15, f"event loop starved: {ticks} ticks in {elapsed:.2f}s"
     assert db.message_count("s1") == 0
+    db.close()
+
+
+def test_writes_without_waiting_give_up_at_once_and_write_nothing(
+        tmp_path: Path, hold_write_lock: Any) -> None:
+    path = tmp_path / "state.db"
+    db = SessionDB(path, synchronous="NORMAL", busy_budget=5.0)
+    db.create_session("s1", "cli")
+    with hold_write_lock(path):
+        start = time.monotonic()
+        with writes_without_waiting(), pytest.raises(WriterBusyError, match="nothing was written"):
+            db.append_message("s1", "user", "on the loop")
+        assert time.monotonic() - start < 1.0, "it waited for the lock"
+        assert db.message_count("s1") == 0
+    with writes_without_waiting():  # the lock is free: the write goes through at once
+        db.append_message("s1", "user", "free now")
+    assert [m["content"] for m in db.get_messages_as_conversation("s1")] == ["free now"]
     db.close()
 
 

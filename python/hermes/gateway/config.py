@@ -15,13 +15,15 @@ this object (which is logged) and an edited ``config.yaml`` reaches the next age
       drain_timeout: 30            # seconds running turns get to finish on shutdown
       interrupt_grace: 5           # seconds interrupted turns get to stop after that
       agent_factory: mypkg.agents:build   # replaces hermes.agent.AIAgent
+      synchronous: FULL            # or NORMAL: a commit survives a crash, not a power loss
       platforms:
         api_server: {enabled: true}
         webhook: {enabled: true, adapter: "mypkg.hooks:WebhookAdapter",
                   allowed_users: ["alice"], extra: {port: 9000}}
 
 Environment: ``HERMES_GATEWAY_BUSY_POLICY``, ``HERMES_GATEWAY_DRAIN_TIMEOUT``,
-``HERMES_GATEWAY_INTERRUPT_GRACE``, ``HERMES_GATEWAY_AGENT_FACTORY`` override the file.
+``HERMES_GATEWAY_INTERRUPT_GRACE``, ``HERMES_GATEWAY_AGENT_FACTORY``,
+``HERMES_GATEWAY_SYNCHRONOUS`` override the file.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any, Literal
 
 from hermes.config import _read_yaml, config_path
 from hermes.errors import ConfigError
+from hermes.state import Synchronous
 
 
 class Platform(Enum):
@@ -58,6 +61,7 @@ class Platform(Enum):
 
 BusyPolicy = Literal["queue", "interrupt"]
 _BUSY_POLICIES: tuple[BusyPolicy, ...] = ("queue", "interrupt")
+_SYNCHRONOUS: tuple[Synchronous, ...] = ("FULL", "NORMAL")
 
 
 @dataclass(frozen=True)
@@ -113,10 +117,16 @@ class GatewayConfig:
     agent_factory: str | None = None
     #: The session database; ``None``: ``state_db`` of config.yaml, else $HERMES_HOME/state.db.
     state_db: Path | None = None
+    #: "FULL": every commit is fsync'd (survives power loss); "NORMAL": not, so it survives
+    #: a crash of the process but may lose the last commits on power loss. At NORMAL a first
+    #: turn's ``session_meta`` commit is cheap enough to run on the event loop.
+    synchronous: Synchronous = "FULL"
 
     def __post_init__(self) -> None:
         _check(self.busy_policy in _BUSY_POLICIES, "busy_policy", self.busy_policy,
                "use 'queue' or 'interrupt'")
+        _check(self.synchronous in _SYNCHRONOUS, "synchronous", self.synchronous,
+               "use 'FULL' (durable on power loss) or 'NORMAL'")
         _check(self.agent_cache_size >= 1, "agent_cache_size", self.agent_cache_size,
                "use a positive number of agents")
         _check(self.max_concurrent_turns >= 1, "max_concurrent_turns",
@@ -144,6 +154,7 @@ _ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("HERMES_GATEWAY_DRAIN_TIMEOUT", "drain_timeout"),
     ("HERMES_GATEWAY_INTERRUPT_GRACE", "interrupt_grace"),
     ("HERMES_GATEWAY_AGENT_FACTORY", "agent_factory"),
+    ("HERMES_GATEWAY_SYNCHRONOUS", "synchronous"),
 )
 
 

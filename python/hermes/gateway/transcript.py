@@ -15,7 +15,10 @@ does it after ``write_turn`` returns): the ``session_meta`` row, too, moves ``me
 
 ``write_turn`` is synchronous: the turn pipeline runs it, with the routing update that follows,
 in one worker thread (``AsyncSessionStore.call``) when ``writes_rows`` says it writes, so a
-turn's writes cost one thread hop, and on the event loop otherwise.
+turn's writes cost one thread hop, and on the event loop otherwise. A turn whose only write is
+the ``session_meta`` row (``writes_only_meta``) may commit it on the loop, without waiting for
+other writers; a ``WriterBusyError`` then leaves ``write_turn`` unwritten, to be run again in a
+thread.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hermes.errors import HermesError
+from hermes.errors import HermesError, WriterBusyError
 from hermes.gateway.platforms.base import MessageEvent
 from hermes.gateway.session import SessionStore
 
@@ -64,6 +67,11 @@ def writes_rows(*, first_turn: bool, result: Mapping[str, Any]) -> bool:
     return first_turn or not _agent_persisted(result)
 
 
+def writes_only_meta(*, first_turn: bool, result: Mapping[str, Any]) -> bool:
+    """Whether the ``session_meta`` row is ``write_turn``'s only database write (and its first)."""
+    return first_turn and _agent_persisted(result)
+
+
 def _agent_persisted(result: Mapping[str, Any]) -> bool:
     return bool(result.get("agent_persisted", True))
 
@@ -93,6 +101,8 @@ def write_turn(
         }
         try:
             store.append_to_transcript(session_id, meta)
+        except WriterBusyError:
+            raise  # written without waiting, from the event loop: the caller retries in a thread
         except HermesError as exc:
             # A description, not conversation: the next turn writes it (it finds none).
             logger.warning("could not write the session_meta row of %s: %s", session_id, exc)

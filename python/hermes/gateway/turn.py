@@ -13,11 +13,12 @@ conversation's queued messages one turn at a time. ``handle_with_agent`` is one 
 6. emit the hooks and return the reply for the adapter to send.
 
 Steps 1 and 4–5 run on the event loop when they cannot wait on the database — a cached
-conversation with a short transcript opens with a memory lookup and a read of a few rows, and
-a turn whose rows the agent already wrote ends with memory-only bookkeeping — and in one
-worker thread each otherwise (a new conversation, a long transcript, a ``session_meta`` row or
-messages to write, a resume mark to clear). A thread hop costs 100–150 us here, more than
-that work itself.
+conversation with a short transcript opens with a memory lookup and a read of a few rows, a
+turn whose rows the agent already wrote ends with memory-only bookkeeping, and at
+``synchronous=NORMAL`` a first turn commits its ``session_meta`` row there unless another
+writer is in the way — and in one worker thread each otherwise (a new conversation, a long
+transcript, messages to write, a resume mark to clear, any commit at FULL). A thread hop costs
+80–150 us here (two wake-ups across CPUs), more than that work itself.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from hermes.errors import HermesError
+from hermes.errors import HermesError, WriterBusyError
 from hermes.gateway import busy, commands, resume, transcript
 from hermes.gateway.platforms.base import MessageEvent
 from hermes.gateway.session import SessionEntry, SessionSource, SessionStore
+from hermes.state import writes_without_waiting
 
 if TYPE_CHECKING:
     from hermes.gateway.run import GatewayRunner
@@ -136,6 +138,29 @@ def _close_turn(store: SessionStore, entry: SessionEntry, session_key: str, even
                        session_key, exc)
 
 
+async def _close(runner: GatewayRunner, close_args: tuple[SessionEntry, str, MessageEvent, bool,
+                                                          int, dict[str, Any], bool]) -> None:
+    """Steps 4–5, where they cost least: on the loop when nothing is committed (the agent wrote
+    its rows; activity is memory-only); on the loop too when the only commit is the first
+    turn's ``session_meta`` row at ``synchronous=NORMAL`` (a page-cache write, cheaper than the
+    hop) and no other writer is in the way; in one worker thread otherwise."""
+    store = runner.async_session_store
+    _, _, _, needs_meta, _, result, clears_resume = close_args
+    if clears_resume:
+        await store.call(_close_turn, *close_args)
+    elif not transcript.writes_rows(first_turn=needs_meta, result=result):
+        store.call_here(_close_turn, *close_args)
+    elif (transcript.writes_only_meta(first_turn=needs_meta, result=result)
+          and runner._commits_cheaply()):
+        try:
+            with writes_without_waiting():
+                store.call_here(_close_turn, *close_args)
+        except WriterBusyError:
+            await store.call(_close_turn, *close_args)
+    else:
+        await store.call(_close_turn, *close_args)
+
+
 async def handle_with_agent(runner: GatewayRunner, event: MessageEvent, source: SessionSource,
                             session_key: str, run_generation: int) -> str | None:
     entry, history = await _open(runner, source, session_key)
@@ -159,14 +184,9 @@ async def handle_with_agent(runner: GatewayRunner, event: MessageEvent, source: 
     if not runner._is_session_run_current(session_key, run_generation):
         logger.info("dropping the result of a disowned turn of %s", session_key)
         return None
-    store = runner.async_session_store
     clears_resume = entry.resume_pending and resume.turn_completed(result)
-    close_args = (entry, session_key, event, needs_meta, len(agent_history), result, clears_resume)
-    # Nothing to commit (the agent wrote its rows; activity is memory-only): stay on the loop.
-    if not clears_resume and not transcript.writes_rows(first_turn=needs_meta, result=result):
-        store.call_here(_close_turn, *close_args)
-    else:
-        await store.call(_close_turn, *close_args)
+    await _close(runner, (entry, session_key, event, needs_meta, len(agent_history), result,
+                          clears_resume))
     await runner._refresh_agent_cache_message_count(session_key, entry.session_id)
     reply = result.get("final_response")
     await runner.hooks.emit("agent:end", {**context, "response": reply,

@@ -76,6 +76,24 @@ impl<J, T> GroupCommit<J, T> {
         }
     }
 
+    /// Commits `job` alone, at once, if no batch is committing or queued;
+    /// `None` (the job dropped unrun) otherwise.
+    pub fn try_submit(&self, job: J, commit: impl Fn(&[J]) -> Vec<Result<T>>) -> Option<Result<T>> {
+        let mut queue = relock(self.queue.lock());
+        if queue.leader_active || !queue.pending.is_empty() {
+            return None;
+        }
+        queue.leader_active = true;
+        drop(queue);
+        let result = commit(std::slice::from_ref(&job)).pop();
+        let mut queue = relock(self.queue.lock());
+        queue.leader_active = false;
+        queue.last_batch_end = Some(Instant::now());
+        // Writers that queued meanwhile wait for a leader: one of them leads next.
+        self.finished.notify_all();
+        result
+    }
+
     /// Waits until no batch has been committing or queued for `quiet`, or
     /// until `limit` has passed: background work that shares the writer goes
     /// after a burst of writes (a caller flushing again and again), yet a

@@ -76,6 +76,10 @@ pub trait Backend: Send + Sync {
 
     /// Runs one write; group-committed with concurrent writes from other threads.
     fn write(&self, op: WriteOp) -> Result<WriteOut>;
+    /// Runs one write only if it can start at once: no other write of this
+    /// backend running or queued, and the file's write lock free. Otherwise
+    /// nothing is written and the error is [`crate::error::Error::WriterBusy`].
+    fn write_now(&self, op: WriteOp) -> Result<WriteOut>;
 
     /// The session's row (an empty table when it does not exist).
     fn session(&self, id: &str) -> Result<Table>;

@@ -8,7 +8,7 @@ use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Statement};
@@ -111,6 +111,15 @@ impl Writer {
         }
         done
     }
+}
+
+/// How long a batch may wait for the write lock.
+#[derive(Clone, Copy)]
+enum Patience {
+    /// Retry a busy file for up to the store's busy budget.
+    Budget,
+    /// Not at all: a write made from an event loop.
+    None,
 }
 
 /// Why an attempt at a batch failed.
@@ -380,6 +389,12 @@ impl SqliteBackend {
         }
     }
 
+    fn writer_busy(&self) -> Error {
+        Error::WriterBusy {
+            path: self.path.clone(),
+        }
+    }
+
     /// Remembers a short read (see `cut`).
     fn ensure_not_cut(&self) -> Result<()> {
         if !self.cut.load(Ordering::Acquire) {
@@ -441,7 +456,7 @@ impl SqliteBackend {
     /// merge work) per job. Instead a job that fails for its own reasons
     /// (unknown session, constraint) rolls the attempt back and the batch is
     /// retried at once without it; that job alone gets the error.
-    fn commit_batch(&self, jobs: &[WriteOp]) -> Vec<Result<WriteOut>> {
+    fn commit_batch(&self, jobs: &[WriteOp], patience: Patience) -> Vec<Result<WriteOut>> {
         let mut results: Vec<Option<Result<WriteOut>>> = jobs.iter().map(|_| None).collect();
         let fail_rest = |results: &mut Vec<Option<Result<WriteOut>>>, e: &Error| {
             results
@@ -457,7 +472,18 @@ impl SqliteBackend {
             fail_rest(&mut results, &e);
             return results.into_iter().flatten().collect();
         }
-        let mut writer = lock(&self.writer);
+        let mut writer = match patience {
+            Patience::Budget => lock(&self.writer),
+            Patience::None => match self.writer.try_lock() {
+                Ok(writer) => writer,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(TryLockError::WouldBlock) => {
+                    // The indexer holds the writer connection for a chunk.
+                    fail_rest(&mut results, &self.writer_busy());
+                    return results.into_iter().flatten().collect();
+                }
+            },
+        };
         let Some(w) = writer.as_mut() else {
             fail_rest(
                 &mut results,
@@ -473,7 +499,10 @@ impl SqliteBackend {
         }
         let Writer { conn, index, .. } = w;
         let mut deferred_index = false;
-        let deadline = Instant::now() + self.options.busy_budget;
+        let deadline = match patience {
+            Patience::Budget => Instant::now() + self.options.busy_budget,
+            Patience::None => Instant::now(),
+        };
         let mut pause_ms = 2u64;
         loop {
             let active: Vec<usize> = (0..jobs.len()).filter(|&i| results[i].is_none()).collect();
@@ -497,7 +526,8 @@ impl SqliteBackend {
                         let _ = conn.execute_batch("ROLLBACK");
                     }
                     if !(e.is_busy() && Instant::now() < deadline) {
-                        fail_rest(&mut results, &e);
+                        let busy_now = e.is_busy() && matches!(patience, Patience::None);
+                        fail_rest(&mut results, &if busy_now { self.writer_busy() } else { e });
                         break;
                     }
                     std::thread::sleep(Duration::from_millis(fastrand::u64(1..=pause_ms)));
@@ -863,7 +893,15 @@ impl Backend for SqliteBackend {
 
     fn write(&self, op: WriteOp) -> Result<WriteOut> {
         self.ensure_open()?;
-        self.commits.submit(op, |jobs| self.commit_batch(jobs))
+        self.commits
+            .submit(op, |jobs| self.commit_batch(jobs, Patience::Budget))
+    }
+
+    fn write_now(&self, op: WriteOp) -> Result<WriteOut> {
+        self.ensure_open()?;
+        self.commits
+            .try_submit(op, |jobs| self.commit_batch(jobs, Patience::None))
+            .unwrap_or_else(|| Err(self.writer_busy()))
     }
 
     fn session(&self, id: &str) -> Result<Table> {
@@ -1051,6 +1089,81 @@ mod tests {
         })
     }
 
+    fn append_now(db: &SqliteBackend, id: &str) -> Result<WriteOut> {
+        db.write_now(WriteOp::Append {
+            session_id: id.into(),
+            rows: vec![NewMessage::text("user", "now", 1.0)],
+            once_key: None,
+        })
+    }
+
+    #[test]
+    fn a_write_now_commits_when_nothing_else_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        create(&db, "s");
+        assert!(matches!(append_now(&db, "s"), Ok(WriteOut::Ids(ids)) if ids.len() == 1));
+        assert_eq!(db.message_count("s").unwrap(), Some(1));
+    }
+
+    #[test]
+    fn a_write_now_fails_at_once_when_another_process_holds_the_write_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        create(&db, "s");
+        let other = Connection::open(dir.path().join("state.db")).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let started = Instant::now();
+        let got = append_now(&db, "s");
+        assert!(matches!(got, Err(Error::WriterBusy { .. })), "{got:?}");
+        assert!(started.elapsed() < Duration::from_secs(1), "it waited");
+        other.execute_batch("ROLLBACK").unwrap();
+        assert_eq!(db.message_count("s").unwrap(), Some(0), "nothing written");
+        assert!(append_now(&db, "s").is_ok(), "free again: it writes");
+    }
+
+    #[test]
+    fn a_write_now_fails_while_this_store_is_writing_or_indexing() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Arc::new(open(&dir));
+        create(&db, "s");
+        // The writer connection held (as the indexer holds it for a chunk).
+        let held = lock(&db.writer);
+        assert!(matches!(
+            append_now(&db, "s"),
+            Err(Error::WriterBusy { .. })
+        ));
+        drop(held);
+        // A batch being committed by another thread.
+        let (entered, release) = (
+            Arc::new(std::sync::Barrier::new(2)),
+            Arc::new(std::sync::Barrier::new(2)),
+        );
+        let leader = {
+            let (db, entered, release) =
+                (Arc::clone(&db), Arc::clone(&entered), Arc::clone(&release));
+            std::thread::spawn(move || {
+                let job = WriteOp::SetMeta {
+                    key: "k".into(),
+                    value: "v".into(),
+                };
+                db.commits.submit(job, |_| {
+                    entered.wait();
+                    release.wait();
+                    vec![Ok(WriteOut::Done)]
+                })
+            })
+        };
+        entered.wait();
+        assert!(matches!(
+            append_now(&db, "s"),
+            Err(Error::WriterBusy { .. })
+        ));
+        release.wait();
+        leader.join().unwrap().unwrap();
+        assert_eq!(db.message_count("s").unwrap(), Some(0), "nothing written");
+    }
+
     /// Indexes everything pending now, as a search does first.
     fn index_now(db: &SqliteBackend) {
         db.index_pending_up_to(i64::MAX).unwrap();
@@ -1211,7 +1324,7 @@ mod tests {
             rows: vec![NewMessage::text("user", "x", 1.0)],
             once_key: None,
         };
-        let results = db.commit_batch(&[job("a"), job("missing"), job("b")]);
+        let results = db.commit_batch(&[job("a"), job("missing"), job("b")], Patience::Budget);
         assert!(matches!(results[0], Ok(WriteOut::Ids(ref ids)) if ids.len() == 1));
         assert!(matches!(results[1], Err(Error::SessionNotFound { .. })));
         assert!(matches!(results[2], Ok(WriteOut::Ids(ref ids)) if ids.len() == 1));
