@@ -264,8 +264,10 @@ impl SqliteBackend {
                         }
                     }
                 };
-                if matches!(step, Step::Done) && due.swap(false, Ordering::AcqRel) {
-                    if let Err(e) = Self::passive_checkpoint(&mut checkpointer, &path, sync) {
+                // Between chunks too: a writer faster than the indexer keeps it
+                // from ever being done, and the WAL must not wait for that.
+                if due.swap(false, Ordering::AcqRel) {
+                    if let Err(e) = Self::checkpoint(&mut checkpointer, &path, sync, &writer) {
                         note_short_read(&cut, &e);
                         due.store(true, Ordering::Release);
                         return Step::Failed;
@@ -409,16 +411,26 @@ impl SqliteBackend {
 
     /// A passive checkpoint on the indexer's own connection (opened on first
     /// use), without the writer: it runs beside commits, not ahead of them.
-    fn passive_checkpoint(
+    /// Copies the WAL into the database file on a connection of its own,
+    /// without holding up writers; then, with this store's writer held,
+    /// copies the frames committed meanwhile and starts the WAL over
+    /// (`RESTART`, which gives up rather than wait if another process is
+    /// reading it). Passive checkpoints alone never start the WAL over
+    /// under a steady writer: it grew without bound, and every read then
+    /// searched a longer WAL.
+    fn checkpoint(
         conn: &mut Option<Connection>,
         path: &Path,
         sync: Synchronous,
+        writer: &Mutex<Option<Writer>>,
     ) -> rusqlite::Result<()> {
         let conn = match conn {
             Some(conn) => conn,
             None => conn.insert(Self::connect(path, sync)?),
         };
-        conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)")
+        conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)")?;
+        let _writes_paused = lock(writer);
+        conn.execute_batch("PRAGMA wal_checkpoint(RESTART)")
     }
 
     /// Borrows a reader connection for `f`, opening one when none is idle.
@@ -1481,6 +1493,23 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    #[test]
+    fn a_steady_writer_does_not_grow_the_wal_without_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        create(&db, "s");
+        // One-row commits back to back: faster than the indexer, which used
+        // to checkpoint only once it had caught up, so never.
+        for _ in 0..6000 {
+            append(&db, "s", 1).unwrap();
+        }
+        let wal = std::fs::metadata(dir.path().join("state.db-wal"))
+            .unwrap()
+            .len();
+        let limit = 8 * CHECKPOINT_FRAMES as u64 * 4096;
+        assert!(wal < limit, "the WAL grew to {wal} bytes (limit {limit})");
     }
 
     #[test]
