@@ -346,7 +346,7 @@ impl Store {
         include_inactive: bool,
     ) -> PyResult<Bound<'py, PyList>> {
         let backend = &*self.backend;
-        let rows = py.detach(|| backend.messages(session_id, include_inactive))?;
+        let rows = py.detach(|| backend.conversation(session_id, include_inactive))?;
         rows_to_list(py, &rows, decode::conversation_message)
     }
 

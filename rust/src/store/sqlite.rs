@@ -18,7 +18,7 @@ use super::indexer::{Indexer, Step};
 use super::search_index::{IndexPlan, BACKGROUND_CHUNK_ROWS, CATCH_UP_CHUNK_ROWS};
 use super::{Backend, Page, WriteOp, WriteOut};
 use crate::error::{Error, Result, StorageKind};
-use crate::model::{NewMessage, Table, Value, MESSAGE_COLUMNS};
+use crate::model::{NewMessage, Table, Value, CONVERSATION_COLUMNS, MESSAGE_COLUMNS};
 use crate::schema::{self, Synchronous};
 
 /// How a store is opened.
@@ -137,6 +137,16 @@ const INDEXER_PATIENCE: Duration = Duration::from_millis(50);
 const CHECKPOINT_FRAMES: i32 = 1000;
 
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+/// A session's messages (`columns` of them) in insertion order.
+fn messages_sql(columns: &str, include_inactive: bool) -> String {
+    let active = if include_inactive {
+        ""
+    } else {
+        " AND active = 1"
+    };
+    format!("SELECT {columns} FROM messages WHERE session_id = ?1{active} ORDER BY id")
+}
 
 /// Sets `cut` if `e` is a read that came up short (see `SqliteBackend::cut`).
 fn note_short_read(cut: &AtomicBool, e: &rusqlite::Error) {
@@ -905,13 +915,14 @@ impl Backend for SqliteBackend {
 
     fn messages(&self, session_id: &str, include_inactive: bool) -> Result<Table> {
         self.read(|c| {
-            let sql = if include_inactive {
-                format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1 ORDER BY id")
-            } else {
-                format!(
-                    "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1 AND active = 1 ORDER BY id"
-                )
-            };
+            let mut stmt = c.prepare_cached(&messages_sql(MESSAGE_COLUMNS, include_inactive))?;
+            Self::rows(&mut stmt, [session_id])
+        })
+    }
+
+    fn conversation(&self, session_id: &str, include_inactive: bool) -> Result<Table> {
+        self.read(|c| {
+            let sql = messages_sql(CONVERSATION_COLUMNS, include_inactive);
             let mut stmt = c.prepare_cached(&sql)?;
             Self::rows(&mut stmt, [session_id])
         })
