@@ -124,6 +124,19 @@ impl Table {
         (start, data.len() as u32)
     }
 
+    /// An empty table with the same columns and room for as much data.
+    pub fn sized_like(&self) -> Self {
+        Table {
+            columns: self.columns.clone(),
+            cells: Vec::with_capacity(self.cells.len()),
+            bytes: Vec::with_capacity(self.bytes.len() + self.bytes.len() / 4),
+        }
+    }
+
+    pub fn row_count(&self) -> usize {
+        self.cells.len() / self.columns.len().max(1)
+    }
+
     pub fn rows(&self) -> impl Iterator<Item = RowRef<'_>> {
         let width = self.columns.len().max(1);
         self.cells

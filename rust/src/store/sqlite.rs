@@ -830,15 +830,40 @@ impl SqliteBackend {
     }
 
     fn rows(stmt: &mut Statement<'_>, params: impl rusqlite::Params) -> rusqlite::Result<Table> {
-        let mut table = Table::new(stmt.column_names().map(String::from).collect());
-        let width = table.columns.len();
+        let mut out = None;
+        Self::chunks(stmt, params, usize::MAX, &mut |table| {
+            out = Some(table);
+            true
+        })?;
+        Ok(out.unwrap_or_default())
+    }
+
+    /// The rows handed to `sink` in tables of `chunk_rows` rows as they are
+    /// read, then the rest (possibly none) in a last, shorter one. Stops
+    /// early when `sink` returns false.
+    fn chunks(
+        stmt: &mut Statement<'_>,
+        params: impl rusqlite::Params,
+        chunk_rows: usize,
+        sink: &mut dyn FnMut(Table) -> bool,
+    ) -> rusqlite::Result<()> {
+        let columns: Vec<String> = stmt.column_names().map(String::from).collect();
+        let width = columns.len();
+        let mut table = Table::new(columns);
         let mut rows = stmt.query(params)?;
         while let Some(r) = rows.next()? {
             for i in 0..width {
                 table.push(r.get_ref(i)?);
             }
+            if table.row_count() == chunk_rows {
+                let next = table.sized_like();
+                if !sink(std::mem::replace(&mut table, next)) {
+                    return Ok(());
+                }
+            }
         }
-        Ok(table)
+        sink(table);
+        Ok(())
     }
 }
 
@@ -920,11 +945,17 @@ impl Backend for SqliteBackend {
         })
     }
 
-    fn conversation(&self, session_id: &str, include_inactive: bool) -> Result<Table> {
+    fn conversation(
+        &self,
+        session_id: &str,
+        include_inactive: bool,
+        chunk_rows: usize,
+        sink: &mut dyn FnMut(Table) -> bool,
+    ) -> Result<()> {
         self.read(|c| {
             let sql = messages_sql(CONVERSATION_COLUMNS, include_inactive);
             let mut stmt = c.prepare_cached(&sql)?;
-            Self::rows(&mut stmt, [session_id])
+            Self::chunks(&mut stmt, [session_id], chunk_rows, sink)
         })
     }
 
