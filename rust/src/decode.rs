@@ -5,7 +5,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use pyo3::{intern, IntoPyObjectExt};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use crate::model::{msg, RowRef, ValueRef};
+use crate::model::{conv, RowRef, ValueRef};
 use crate::schema::CONTENT_JSON_PREFIX;
 
 pub fn value<'py>(py: Python<'py>, v: ValueRef<'_>) -> PyResult<Bound<'py, PyAny>> {
@@ -93,6 +93,10 @@ impl<'de, 'py> Visitor<'de> for PyJson<'py> {
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        // Every tool call's `type`: one shared object, like the keys.
+        if v == "function" {
+            return Ok(intern!(self.0, "function").clone().into_any());
+        }
         Ok(PyString::new(self.0, v).into_any())
     }
 
@@ -106,11 +110,44 @@ impl<'de, 'py> Visitor<'de> for PyJson<'py> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let dict = PyDict::new(self.0);
-        while let Some(key) = map.next_key_seed(PyJson(self.0))? {
+        while let Some(key) = map.next_key_seed(PyKey(self.0))? {
             let value = map.next_value_seed(PyJson(self.0))?;
             dict.set_item(key, value).map_err(py_err)?;
         }
         Ok(dict.into_any())
+    }
+}
+
+/// Deserializes a JSON object key: the keys of a tool call come back as
+/// interned strings, allocated and hashed once rather than per call.
+struct PyKey<'py>(Python<'py>);
+
+impl<'de, 'py> DeserializeSeed<'de> for PyKey<'py> {
+    type Value = Bound<'py, PyAny>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de, 'py> Visitor<'de> for PyKey<'py> {
+    type Value = Bound<'py, PyAny>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object key")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        let py = self.0;
+        let key = match v {
+            "id" => intern!(py, "id"),
+            "type" => intern!(py, "type"),
+            "function" => intern!(py, "function"),
+            "name" => intern!(py, "name"),
+            "arguments" => intern!(py, "arguments"),
+            _ => return Ok(PyString::new(py, v).into_any()),
+        };
+        Ok(key.clone().into_any())
     }
 }
 
@@ -154,60 +191,63 @@ pub fn message_row<'py>(py: Python<'py>, r: RowRef<'_>) -> PyResult<Bound<'py, P
     Ok(dict)
 }
 
-/// A `messages` row (read with [`crate::model::MESSAGE_COLUMNS`]) in the
+/// A `messages` row (read with [`crate::model::CONVERSATION_COLUMNS`]) in the
 /// OpenAI conversation shape the agent replays: `role`, `content`, and each
 /// optional field only when it has a value.
 pub fn conversation_message<'py>(py: Python<'py>, r: RowRef<'_>) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
-    let role = r.text(msg::ROLE).unwrap_or_default();
+    let role = r.text(conv::ROLE).unwrap_or_default();
     dict.set_item(intern!(py, "role"), role_string(py, role))?;
-    dict.set_item(intern!(py, "content"), content(py, r.get(msg::CONTENT))?)?;
-    if let Some(s) = r.text(msg::API_CONTENT) {
+    dict.set_item(intern!(py, "content"), content(py, r.get(conv::CONTENT))?)?;
+    if let Some(s) = r.text(conv::API_CONTENT) {
         dict.set_item(intern!(py, "api_content"), text(py, s))?;
     }
-    match r.get(msg::TIMESTAMP) {
+    match r.get(conv::TIMESTAMP) {
         ValueRef::Real(t) if t != 0.0 => dict.set_item(intern!(py, "timestamp"), t)?,
         ValueRef::Integer(t) if t != 0 => dict.set_item(intern!(py, "timestamp"), t as f64)?,
         _ => {}
     }
     let optional = [
-        (intern!(py, "tool_call_id"), msg::TOOL_CALL_ID),
-        (intern!(py, "tool_name"), msg::TOOL_NAME),
-        (intern!(py, "effect_disposition"), msg::EFFECT_DISPOSITION),
+        (intern!(py, "tool_call_id"), conv::TOOL_CALL_ID),
+        (intern!(py, "tool_name"), conv::TOOL_NAME),
+        (intern!(py, "effect_disposition"), conv::EFFECT_DISPOSITION),
     ];
     for (key, index) in optional {
         if let Some(s) = r.text(index) {
             dict.set_item(key, text(py, s))?;
         }
     }
-    if let Some(s) = r.text(msg::TOOL_CALLS) {
+    if let Some(s) = r.text(conv::TOOL_CALLS) {
         dict.set_item(intern!(py, "tool_calls"), json(py, s)?)?;
     }
-    if let Some(s) = r.text(msg::PLATFORM_MESSAGE_ID) {
+    if let Some(s) = r.text(conv::PLATFORM_MESSAGE_ID) {
         dict.set_item(intern!(py, "message_id"), text(py, s))?;
     }
-    if matches!(r.get(msg::OBSERVED), ValueRef::Integer(n) if n != 0) {
+    if matches!(r.get(conv::OBSERVED), ValueRef::Integer(n) if n != 0) {
         dict.set_item(intern!(py, "observed"), true)?;
     }
     if role == b"assistant" {
         for (key, index) in [
-            (intern!(py, "finish_reason"), msg::FINISH_REASON),
-            (intern!(py, "reasoning"), msg::REASONING),
+            (intern!(py, "finish_reason"), conv::FINISH_REASON),
+            (intern!(py, "reasoning"), conv::REASONING),
         ] {
             if let Some(s) = r.text(index) {
                 dict.set_item(key, text(py, s))?;
             }
         }
-        if let ValueRef::Text(t) = r.get(msg::REASONING_CONTENT) {
+        if let ValueRef::Text(t) = r.get(conv::REASONING_CONTENT) {
             dict.set_item(intern!(py, "reasoning_content"), text(py, t))?;
         }
         for (key, index) in [
-            (intern!(py, "reasoning_details"), msg::REASONING_DETAILS),
+            (intern!(py, "reasoning_details"), conv::REASONING_DETAILS),
             (
                 intern!(py, "codex_reasoning_items"),
-                msg::CODEX_REASONING_ITEMS,
+                conv::CODEX_REASONING_ITEMS,
             ),
-            (intern!(py, "codex_message_items"), msg::CODEX_MESSAGE_ITEMS),
+            (
+                intern!(py, "codex_message_items"),
+                conv::CODEX_MESSAGE_ITEMS,
+            ),
         ] {
             if let Some(s) = r.text(index) {
                 dict.set_item(key, json(py, s)?)?;

@@ -124,6 +124,19 @@ impl Table {
         (start, data.len() as u32)
     }
 
+    /// An empty table with the same columns and room for as much data.
+    pub fn sized_like(&self) -> Self {
+        Table {
+            columns: self.columns.clone(),
+            cells: Vec::with_capacity(self.cells.len()),
+            bytes: Vec::with_capacity(self.bytes.len() + self.bytes.len() / 4),
+        }
+    }
+
+    pub fn row_count(&self) -> usize {
+        self.cells.len() / self.columns.len().max(1)
+    }
+
     pub fn rows(&self) -> impl Iterator<Item = RowRef<'_>> {
         let width = self.columns.len().max(1);
         self.cells
@@ -191,28 +204,35 @@ pub fn now() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// The columns of a message read, in this order (see [`msg`] for indices).
+/// The columns of a message read, in this order.
 pub const MESSAGE_COLUMNS: &str = "id, session_id, role, content, tool_call_id, tool_calls, \
     tool_name, effect_disposition, timestamp, token_count, finish_reason, reasoning, \
     reasoning_content, reasoning_details, codex_reasoning_items, codex_message_items, \
     platform_message_id, observed, active, compacted, api_content";
 
-/// Positions of [`MESSAGE_COLUMNS`] in a message [`Row`].
-pub mod msg {
-    pub const ROLE: usize = 2;
-    pub const CONTENT: usize = 3;
-    pub const TOOL_CALL_ID: usize = 4;
-    pub const TOOL_CALLS: usize = 5;
-    pub const TOOL_NAME: usize = 6;
-    pub const EFFECT_DISPOSITION: usize = 7;
-    pub const TIMESTAMP: usize = 8;
-    pub const FINISH_REASON: usize = 10;
-    pub const REASONING: usize = 11;
-    pub const REASONING_CONTENT: usize = 12;
-    pub const REASONING_DETAILS: usize = 13;
-    pub const CODEX_REASONING_ITEMS: usize = 14;
-    pub const CODEX_MESSAGE_ITEMS: usize = 15;
-    pub const PLATFORM_MESSAGE_ID: usize = 16;
-    pub const OBSERVED: usize = 17;
-    pub const API_CONTENT: usize = 20;
+/// The columns the conversation shape uses, in this order (see [`conv`]
+/// for indices): a long transcript's load copies no cell it drops.
+pub const CONVERSATION_COLUMNS: &str = "role, content, tool_call_id, tool_calls, tool_name, \
+    effect_disposition, timestamp, finish_reason, reasoning, reasoning_content, \
+    reasoning_details, codex_reasoning_items, codex_message_items, platform_message_id, \
+    observed, api_content";
+
+/// Positions of [`CONVERSATION_COLUMNS`] in a conversation [`RowRef`].
+pub mod conv {
+    pub const ROLE: usize = 0;
+    pub const CONTENT: usize = 1;
+    pub const TOOL_CALL_ID: usize = 2;
+    pub const TOOL_CALLS: usize = 3;
+    pub const TOOL_NAME: usize = 4;
+    pub const EFFECT_DISPOSITION: usize = 5;
+    pub const TIMESTAMP: usize = 6;
+    pub const FINISH_REASON: usize = 7;
+    pub const REASONING: usize = 8;
+    pub const REASONING_CONTENT: usize = 9;
+    pub const REASONING_DETAILS: usize = 10;
+    pub const CODEX_REASONING_ITEMS: usize = 11;
+    pub const CODEX_MESSAGE_ITEMS: usize = 12;
+    pub const PLATFORM_MESSAGE_ID: usize = 13;
+    pub const OBSERVED: usize = 14;
+    pub const API_CONTENT: usize = 15;
 }

@@ -6,6 +6,7 @@
 //! the trigram index; hermes-agent adds (and back-fills) the trigram index
 //! itself the first time it opens one of our files.
 
+use rusqlite::config::DbConfig;
 use rusqlite::Connection;
 
 /// The schema version we write, equal to hermes-agent 0.19.0's.
@@ -254,6 +255,11 @@ pub fn configure(conn: &Connection, sync: Synchronous) -> rusqlite::Result<()> {
     conn.pragma_update(None, "mmap_size", 256 * 1024 * 1024)?;
     conn.pragma_update(None, "cache_size", -16 * 1024)?;
     conn.set_prepared_statement_cache_capacity(64);
+    // Plans that never depend on bound values: otherwise a `col = ?` term
+    // marks its parameter, and the statement cache's clear_bindings then
+    // expires the cached statement, re-preparing it on every use (most of
+    // a short read's time).
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     Ok(())
 }
 
@@ -322,6 +328,20 @@ mod tests {
             .query_row("SELECT COUNT(*) FROM schema_version", [], |r| r.get(0))
             .unwrap();
         assert_eq!(rows, 1);
+    }
+
+    #[test]
+    fn cached_statements_are_not_re_prepared_on_reuse() {
+        let conn = Connection::open_in_memory().unwrap();
+        configure(&conn, Synchronous::Normal).unwrap();
+        ensure(&conn).unwrap();
+        let sql = "SELECT role FROM messages WHERE session_id = ?1 AND active = 1 ORDER BY id";
+        for id in ["a", "b", "c"] {
+            let mut stmt = conn.prepare_cached(sql).unwrap();
+            stmt.query([id]).unwrap().next().unwrap();
+            let reprepared = stmt.get_status(rusqlite::StatementStatus::RePrepare);
+            assert_eq!(reprepared, 0, "{id}");
+        }
     }
 
     #[test]

@@ -276,10 +276,8 @@ REVIEWED_SQL_FORMATS = {
                         "(SELECT rowid FROM {table} WHERE rowid BETWEEN ?1 AND ?2)"):
         "a table name from the constant KNOWN_INDEXES; the constant INDEXED_TEXT",
     ("sqlite.rs", "UPDATE sessions SET {} WHERE id = ?"): "the joined '<column> = ?' list",
-    ("sqlite.rs", "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1 ORDER BY id"):
-        "a constant column list",
-    ("sqlite.rs", "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1 AND active = 1 "
-                  "ORDER BY id"): "a constant column list",
+    ("sqlite.rs", "SELECT {columns} FROM messages WHERE session_id = ?1{active} ORDER BY id"):
+        "a constant column list (MESSAGE_COLUMNS or CONVERSATION_COLUMNS); a constant clause",
 }
 _SQL_WORDS = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|ALTER|CREATE|DROP|PRAGMA|SET|"
                         r"VALUES|WHERE|COALESCE)\b")

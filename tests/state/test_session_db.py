@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -331,6 +333,58 @@ def test_conversation_is_ordered_by_id_even_when_timestamps_go_backwards(db: Ses
     assert [m["content"] for m in conv] == ["m0", "m1", "m2", "m3"]
     assert [m["timestamp"] for m in conv] == [3000.0, 2000.0, 1000.0, 2500.0]
     assert [m["content"] for m in db.get_messages("s1")] == ["m0", "m1", "m2", "m3"]
+
+
+def conversation_shape(row: dict[str, Any]) -> dict[str, Any]:
+    """What get_messages_as_conversation makes of a get_messages row (for the rows
+    written below: no api content, effect, platform id, reasoning or observed flag)."""
+    out = {"role": row["role"], "content": row["content"]}
+    if row["timestamp"]:
+        out["timestamp"] = row["timestamp"]
+    for key in ("tool_call_id", "tool_name"):
+        if row[key]:
+            out[key] = row[key]
+    if row["tool_calls"]:
+        out["tool_calls"] = row["tool_calls"]
+    return out
+
+
+@pytest.mark.parametrize("length", [127, 128, 256, 1000])
+def test_long_conversation_matches_get_messages_row_for_row(
+    db: SessionDB, db_path: Path, length: int
+) -> None:
+    # Past a few hundred rows the load converts on a second thread while it
+    # reads (in chunks of 128): lengths below, at and across chunk edges.
+    db.create_session("s1", "cli")
+    half = length // 2
+    for i in range(half):
+        kind = i % 3
+        if kind == 0:
+            db.append_message("s1", "user", f"question {i} ünï 🚀", timestamp=1000.0 + i)
+        elif kind == 1:
+            db.append_message("s1", "assistant", f"calling {i}", tool_calls=[tool_call(i)],
+                              timestamp=1000.0 + i)
+        else:
+            db.append_message("s1", "tool", f"result {i}", tool_call_id=f"call_{i - 1}",
+                              tool_name="terminal", timestamp=1000.0 + i)
+    # Text another writer stored as invalid UTF-8, in the middle of the transcript
+    # (from another process: a second SQLite in this one would drop our file locks).
+    foreign = ("import sqlite3, sys\n"
+               "con = sqlite3.connect(sys.argv[1], timeout=10)\n"
+               "con.execute(\"INSERT INTO messages (session_id, role, content, timestamp, active)"
+               " VALUES ('s1', 'user', CAST(x'6f6bff21' AS TEXT), 0, 1)\")\n"
+               "con.commit()\n")
+    subprocess.run([sys.executable, "-c", foreign, str(db_path)], check=True)
+    db.append_messages("s1", [{"role": "user", "content": f"later {i}"}
+                              for i in range(length - half - 1)])
+    rows = db.get_messages("s1")
+    conv = db.get_messages_as_conversation("s1")
+    assert len(conv) == len(rows) == length
+    assert [list(m.items()) for m in conv] == [list(conversation_shape(r).items()) for r in rows]
+    assert conv[half] == {"role": "user", "content": "ok\ufffd!"}
+    # Fresh dicts on every load.
+    again = db.get_messages_as_conversation("s1")
+    assert again == conv and all(a is not b for a, b in zip(again, conv))
 
 
 def test_conversation_is_openai_shaped(db: SessionDB) -> None:

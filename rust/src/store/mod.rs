@@ -91,6 +91,17 @@ pub trait Backend: Send + Sync {
     fn foreign_commit_since_last_look(&self) -> Result<bool>;
     /// A session's messages in insertion order (`messages.id`).
     fn messages(&self, session_id: &str, include_inactive: bool) -> Result<Table>;
+    /// The same rows, in the columns of [`crate::model::CONVERSATION_COLUMNS`],
+    /// handed to `sink` as they are read: tables of `chunk_rows` rows, then
+    /// a last, shorter one (possibly empty). Reading stops, without error,
+    /// when `sink` returns false.
+    fn conversation(
+        &self,
+        session_id: &str,
+        include_inactive: bool,
+        chunk_rows: usize,
+        sink: &mut dyn FnMut(Table) -> bool,
+    ) -> Result<()>;
     fn list_sessions(&self, page: &Page) -> Result<Table>;
     fn search(&self, query: &str, page: &Page) -> Result<Table>;
     fn has_platform_message_id(&self, session_id: &str, platform_message_id: &str) -> Result<bool>;

@@ -18,7 +18,7 @@ use super::indexer::{Indexer, Step};
 use super::search_index::{IndexPlan, BACKGROUND_CHUNK_ROWS, CATCH_UP_CHUNK_ROWS};
 use super::{Backend, Page, WriteOp, WriteOut};
 use crate::error::{Error, Result, StorageKind};
-use crate::model::{NewMessage, Table, Value, MESSAGE_COLUMNS};
+use crate::model::{NewMessage, Table, Value, CONVERSATION_COLUMNS, MESSAGE_COLUMNS};
 use crate::schema::{self, Synchronous};
 
 /// How a store is opened.
@@ -146,6 +146,16 @@ const INDEXER_PATIENCE: Duration = Duration::from_millis(50);
 const CHECKPOINT_FRAMES: i32 = 1000;
 
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+/// A session's messages (`columns` of them) in insertion order.
+fn messages_sql(columns: &str, include_inactive: bool) -> String {
+    let active = if include_inactive {
+        ""
+    } else {
+        " AND active = 1"
+    };
+    format!("SELECT {columns} FROM messages WHERE session_id = ?1{active} ORDER BY id")
+}
 
 /// Sets `cut` if `e` is a read that came up short (see `SqliteBackend::cut`).
 fn note_short_read(cut: &AtomicBool, e: &rusqlite::Error) {
@@ -862,15 +872,40 @@ impl SqliteBackend {
     }
 
     fn rows(stmt: &mut Statement<'_>, params: impl rusqlite::Params) -> rusqlite::Result<Table> {
-        let mut table = Table::new(stmt.column_names().map(String::from).collect());
-        let width = table.columns.len();
+        let mut out = None;
+        Self::chunks(stmt, params, usize::MAX, &mut |table| {
+            out = Some(table);
+            true
+        })?;
+        Ok(out.unwrap_or_default())
+    }
+
+    /// The rows handed to `sink` in tables of `chunk_rows` rows as they are
+    /// read, then the rest (possibly none) in a last, shorter one. Stops
+    /// early when `sink` returns false.
+    fn chunks(
+        stmt: &mut Statement<'_>,
+        params: impl rusqlite::Params,
+        chunk_rows: usize,
+        sink: &mut dyn FnMut(Table) -> bool,
+    ) -> rusqlite::Result<()> {
+        let columns: Vec<String> = stmt.column_names().map(String::from).collect();
+        let width = columns.len();
+        let mut table = Table::new(columns);
         let mut rows = stmt.query(params)?;
         while let Some(r) = rows.next()? {
             for i in 0..width {
                 table.push(r.get_ref(i)?);
             }
+            if table.row_count() == chunk_rows {
+                let next = table.sized_like();
+                if !sink(std::mem::replace(&mut table, next)) {
+                    return Ok(());
+                }
+            }
         }
-        Ok(table)
+        sink(table);
+        Ok(())
     }
 }
 
@@ -955,15 +990,22 @@ impl Backend for SqliteBackend {
 
     fn messages(&self, session_id: &str, include_inactive: bool) -> Result<Table> {
         self.read(|c| {
-            let sql = if include_inactive {
-                format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1 ORDER BY id")
-            } else {
-                format!(
-                    "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1 AND active = 1 ORDER BY id"
-                )
-            };
-            let mut stmt = c.prepare_cached(&sql)?;
+            let mut stmt = c.prepare_cached(&messages_sql(MESSAGE_COLUMNS, include_inactive))?;
             Self::rows(&mut stmt, [session_id])
+        })
+    }
+
+    fn conversation(
+        &self,
+        session_id: &str,
+        include_inactive: bool,
+        chunk_rows: usize,
+        sink: &mut dyn FnMut(Table) -> bool,
+    ) -> Result<()> {
+        self.read(|c| {
+            let sql = messages_sql(CONVERSATION_COLUMNS, include_inactive);
+            let mut stmt = c.prepare_cached(&sql)?;
+            Self::chunks(&mut stmt, [session_id], chunk_rows, sink)
         })
     }
 
