@@ -168,7 +168,6 @@ class Harness:
             session_id: str, message: dict[str, Any], skip_db: bool = False
         ) -> None:
             if not skip_db:
-                self.db_writes += 1
                 t0 = ns()
                 db.append_message(
                     session_id=session_id,
@@ -178,6 +177,9 @@ class Harness:
                 self.last_write_ns = (
                     ns() - t0
                 )  # the turn's own commit, timed where it runs
+                # Counted once written: ours may first try on the loop, give up at once
+                # (WriterBusyError: the indexer held the writer) and write from a thread.
+                self.db_writes += 1
 
         store = runner.session_store
         if mock_harness:  # the seed's MagicMock/AsyncMock methods, as they are

@@ -393,17 +393,20 @@ class Report:
         return [
             f"* **Other shared workloads where a peer is ahead** ({len(gaps)}): {listed}. "
             + ("A 20-message flush into a 100k-message transcript is slower than at 10k although it is O(new) "
-               "and the bare floor stays flat: not profiled yet; the first suspect is our background indexer's "
-               "and checkpointer's work (FTS5 segment merges grow with the index) landing between the measured "
-               "flushes. " if flush_gap else "")
+               "and the bare floor stays flat. One cause was found and fixed (B11: under steady writes the WAL "
+               "was never started over and every page read searched a longer one); what is left is not "
+               "profiled yet, the suspect being FTS5 segment merges, which grow with the index. "
+               if flush_gap else "")
             + "LangGraph keeps a "
             "conversation as one msgpack blob: reading it back is one C-level decode of the whole list, which "
-            "beats building one dict per row from SQL rows until the list is large (at 100k messages hermes is "
-            "ahead again), and with 4 processes each rewrites a small blob under the lock while hermes inserts "
-            "rows and index entries and hands the lock over with a jittered sleep. hermes' load is 1.7 µs a "
-            "row, ~1.75× the bare Rust floor's (the rest is CPython object creation). What would close it: "
-            "fewer objects per row on load (the row's columns as one tuple or a lazy mapping), and a lock "
-            "hand-off that wakes the next process instead of sleeping (SQLite's own busy handler sleeps too)."
+            "beats building one dict per row from SQL rows for short lists (from about 10k messages hermes is "
+            "ahead: long loads convert on a second core while the rest is read), and with 4 processes each "
+            "rewrites a small blob under the lock while hermes inserts rows and index entries and hands the "
+            "lock over with a jittered sleep. On a short load, decoding the tool calls' JSON is about 20% of "
+            "the time and object creation most of the rest. What would close it: a JSON-to-Python decoder "
+            "that reuses its buffers (serde_json's escape path dominates, the arguments being JSON inside "
+            "JSON), pipelining from fewer rows, and a lock hand-off that wakes the next process instead of "
+            "sleeping (SQLite's own busy handler sleeps too)."
         ]
 
     def turns(self, sync: str) -> list[int]:
