@@ -93,11 +93,18 @@ impl<'de, 'py> Visitor<'de> for PyJson<'py> {
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        // Every tool call's `type`: one shared object, like the keys.
-        if v == "function" {
-            return Ok(intern!(self.0, "function").clone().into_any());
-        }
-        Ok(PyString::new(self.0, v).into_any())
+        // A tool call's keys and its `type` value: interned, so allocated
+        // and hashed once rather than per call.
+        let py = self.0;
+        let common = match v {
+            "id" => intern!(py, "id"),
+            "type" => intern!(py, "type"),
+            "function" => intern!(py, "function"),
+            "name" => intern!(py, "name"),
+            "arguments" => intern!(py, "arguments"),
+            _ => return Ok(PyString::new(py, v).into_any()),
+        };
+        Ok(common.clone().into_any())
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
@@ -110,44 +117,11 @@ impl<'de, 'py> Visitor<'de> for PyJson<'py> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let dict = PyDict::new(self.0);
-        while let Some(key) = map.next_key_seed(PyKey(self.0))? {
+        while let Some(key) = map.next_key_seed(PyJson(self.0))? {
             let value = map.next_value_seed(PyJson(self.0))?;
             dict.set_item(key, value).map_err(py_err)?;
         }
         Ok(dict.into_any())
-    }
-}
-
-/// Deserializes a JSON object key: the keys of a tool call come back as
-/// interned strings, allocated and hashed once rather than per call.
-struct PyKey<'py>(Python<'py>);
-
-impl<'de, 'py> DeserializeSeed<'de> for PyKey<'py> {
-    type Value = Bound<'py, PyAny>;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_str(self)
-    }
-}
-
-impl<'de, 'py> Visitor<'de> for PyKey<'py> {
-    type Value = Bound<'py, PyAny>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON object key")
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        let py = self.0;
-        let key = match v {
-            "id" => intern!(py, "id"),
-            "type" => intern!(py, "type"),
-            "function" => intern!(py, "function"),
-            "name" => intern!(py, "name"),
-            "arguments" => intern!(py, "arguments"),
-            _ => return Ok(PyString::new(py, v).into_any()),
-        };
-        Ok(key.clone().into_any())
     }
 }
 

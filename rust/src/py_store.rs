@@ -166,10 +166,19 @@ fn rows_to_list<'py>(
 ) -> PyResult<Bound<'py, PyList>> {
     let _pause = GcPause::new(py);
     let list = PyList::empty(py);
-    for r in table.rows() {
-        list.append(convert(py, r)?)?;
-    }
+    append_rows(&list, table, convert)?;
     Ok(list)
+}
+
+fn append_rows<'py>(
+    list: &Bound<'py, PyList>,
+    table: &Table,
+    convert: impl Fn(Python<'py>, RowRef<'_>) -> PyResult<Bound<'py, PyDict>>,
+) -> PyResult<()> {
+    for r in table.rows() {
+        list.append(convert(list.py(), r)?)?;
+    }
+    Ok(())
 }
 
 /// A transcript of this many rows or more is converted on a second thread
@@ -194,9 +203,7 @@ fn convert_chunks(mut chunks: Receiver<Table>) -> PyResult<Py<PyList>> {
             let Ok(table) = next else {
                 return Ok(list.unbind());
             };
-            for r in table.rows() {
-                list.append(decode::conversation_message(py, r)?)?;
-            }
+            append_rows(&list, &table, decode::conversation_message)?;
         }
     })
 }

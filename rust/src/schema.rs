@@ -238,11 +238,14 @@ impl Synchronous {
     }
 }
 
-/// Settings every connection gets. `busy_timeout` is short on purpose: the
-/// store retries whole transactions with jitter instead of queueing inside
+/// SQLite's own wait for a lock, per attempt. Short on purpose: the store
+/// retries whole transactions with jitter instead of queueing inside
 /// SQLite's fixed back-off (which convoys under contention).
+pub const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Settings every connection gets.
 pub fn configure(conn: &Connection, sync: Synchronous) -> rusqlite::Result<()> {
-    conn.busy_timeout(std::time::Duration::from_millis(100))?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", sync.pragma())?;
     conn.pragma_update(None, "foreign_keys", "ON")?;

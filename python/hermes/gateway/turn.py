@@ -138,27 +138,28 @@ def _close_turn(store: SessionStore, entry: SessionEntry, session_key: str, even
                        session_key, exc)
 
 
-async def _close(runner: GatewayRunner, close_args: tuple[SessionEntry, str, MessageEvent, bool,
-                                                          int, dict[str, Any], bool]) -> None:
+async def _close(runner: GatewayRunner, entry: SessionEntry, session_key: str,
+                 event: MessageEvent, needs_meta: bool, history_len: int, result: dict[str, Any],
+                 clears_resume: bool) -> None:
     """Steps 4–5, where they cost least: on the loop when nothing is committed (the agent wrote
     its rows; activity is memory-only); on the loop too when the only commit is the first
     turn's ``session_meta`` row at ``synchronous=NORMAL`` (a page-cache write, cheaper than the
     hop) and no other writer is in the way; in one worker thread otherwise."""
     store = runner.async_session_store
-    _, _, _, needs_meta, _, result, clears_resume = close_args
+    args = (entry, session_key, event, needs_meta, history_len, result, clears_resume)
     if clears_resume:
-        await store.call(_close_turn, *close_args)
+        await store.call(_close_turn, *args)
     elif not transcript.writes_rows(first_turn=needs_meta, result=result):
-        store.call_here(_close_turn, *close_args)
+        store.call_here(_close_turn, *args)
     elif (transcript.writes_only_meta(first_turn=needs_meta, result=result)
           and runner._commits_cheaply()):
         try:
             with writes_without_waiting():
-                store.call_here(_close_turn, *close_args)
+                store.call_here(_close_turn, *args)
         except WriterBusyError:
-            await store.call(_close_turn, *close_args)
+            await store.call(_close_turn, *args)
     else:
-        await store.call(_close_turn, *close_args)
+        await store.call(_close_turn, *args)
 
 
 async def handle_with_agent(runner: GatewayRunner, event: MessageEvent, source: SessionSource,
@@ -185,8 +186,8 @@ async def handle_with_agent(runner: GatewayRunner, event: MessageEvent, source: 
         logger.info("dropping the result of a disowned turn of %s", session_key)
         return None
     clears_resume = entry.resume_pending and resume.turn_completed(result)
-    await _close(runner, (entry, session_key, event, needs_meta, len(agent_history), result,
-                          clears_resume))
+    await _close(runner, entry, session_key, event, needs_meta, len(agent_history), result,
+                 clears_resume)
     await runner._refresh_agent_cache_message_count(session_key, entry.session_id)
     reply = result.get("final_response")
     await runner.hooks.emit("agent:end", {**context, "response": reply,

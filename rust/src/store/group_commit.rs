@@ -66,10 +66,7 @@ impl<J, T> GroupCommit<J, T> {
                 let batch = std::mem::take(&mut queue.pending);
                 drop(queue);
                 self.lead(batch, &commit);
-                queue = relock(self.queue.lock());
-                queue.leader_active = false;
-                queue.last_batch_end = Some(Instant::now());
-                self.finished.notify_all();
+                queue = self.end_lead();
                 continue;
             }
             queue = self.wait(queue);
@@ -86,12 +83,18 @@ impl<J, T> GroupCommit<J, T> {
         queue.leader_active = true;
         drop(queue);
         let result = commit(std::slice::from_ref(&job)).pop();
+        drop(self.end_lead());
+        result
+    }
+
+    /// Marks the batch done and wakes the waiting callers: those whose job
+    /// it held return, and one with a queued job leads the next batch.
+    fn end_lead(&self) -> MutexGuard<'_, Queue<J, T>> {
         let mut queue = relock(self.queue.lock());
         queue.leader_active = false;
         queue.last_batch_end = Some(Instant::now());
-        // Writers that queued meanwhile wait for a leader: one of them leads next.
         self.finished.notify_all();
-        result
+        queue
     }
 
     /// Waits until no batch has been committing or queued for `quiet`, or

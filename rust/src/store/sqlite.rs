@@ -118,8 +118,9 @@ impl Writer {
 enum Patience {
     /// Retry a busy file for up to the store's busy budget.
     Budget,
-    /// Not at all: a write made from an event loop.
-    None,
+    /// Not at all, not even in SQLite's busy handler: a write made from
+    /// an event loop.
+    Never,
 }
 
 /// Why an attempt at a batch failed.
@@ -436,7 +437,12 @@ impl SqliteBackend {
     ) -> rusqlite::Result<()> {
         let conn = match conn {
             Some(conn) => conn,
-            None => conn.insert(Self::connect(path, sync)?),
+            None => {
+                let fresh = Self::connect(path, sync)?;
+                // RESTART runs with our writer held: never sleep on readers.
+                fresh.busy_timeout(Duration::ZERO)?;
+                conn.insert(fresh)
+            }
         };
         conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)")?;
         let _writes_paused = lock(writer);
@@ -479,6 +485,41 @@ impl SqliteBackend {
     /// (unknown session, constraint) rolls the attempt back and the batch is
     /// retried at once without it; that job alone gets the error.
     fn commit_batch(&self, jobs: &[WriteOp], patience: Patience) -> Vec<Result<WriteOut>> {
+        // A failure before the transaction: every job gets it.
+        let all_fail = |e: Error| jobs.iter().map(|_| Err(e.clone())).collect();
+        if let Err(e) = self
+            .ensure_open()
+            .and_then(|_| self.ensure_same_file())
+            .and_then(|_| self.ensure_not_cut())
+        {
+            return all_fail(e);
+        }
+        let mut writer = match patience {
+            Patience::Budget => lock(&self.writer),
+            Patience::Never => match self.writer.try_lock() {
+                Ok(writer) => writer,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                // The indexer holds the writer connection for a chunk.
+                Err(TryLockError::WouldBlock) => return all_fail(self.writer_busy()),
+            },
+        };
+        let Some(w) = writer.as_mut() else {
+            return all_fail(Error::Closed {
+                path: self.path.clone(),
+            });
+        };
+        if let Err(e) = w.use_synchronous(self.options.synchronous) {
+            return all_fail(Error::sqlite(&self.path, e));
+        }
+        let Writer { conn, index, .. } = w;
+        let never = matches!(patience, Patience::Never);
+        let deadline = if never {
+            // Cannot fail: it only sets the handler.
+            let _ = conn.busy_timeout(Duration::ZERO);
+            Instant::now()
+        } else {
+            Instant::now() + self.options.busy_budget
+        };
         let mut results: Vec<Option<Result<WriteOut>>> = jobs.iter().map(|_| None).collect();
         let fail_rest = |results: &mut Vec<Option<Result<WriteOut>>>, e: &Error| {
             results
@@ -486,45 +527,7 @@ impl SqliteBackend {
                 .filter(|r| r.is_none())
                 .for_each(|r| *r = Some(Err(e.clone())));
         };
-        if let Err(e) = self
-            .ensure_open()
-            .and_then(|_| self.ensure_same_file())
-            .and_then(|_| self.ensure_not_cut())
-        {
-            fail_rest(&mut results, &e);
-            return results.into_iter().flatten().collect();
-        }
-        let mut writer = match patience {
-            Patience::Budget => lock(&self.writer),
-            Patience::None => match self.writer.try_lock() {
-                Ok(writer) => writer,
-                Err(TryLockError::Poisoned(p)) => p.into_inner(),
-                Err(TryLockError::WouldBlock) => {
-                    // The indexer holds the writer connection for a chunk.
-                    fail_rest(&mut results, &self.writer_busy());
-                    return results.into_iter().flatten().collect();
-                }
-            },
-        };
-        let Some(w) = writer.as_mut() else {
-            fail_rest(
-                &mut results,
-                &Error::Closed {
-                    path: self.path.clone(),
-                },
-            );
-            return results.into_iter().flatten().collect();
-        };
-        if let Err(e) = w.use_synchronous(self.options.synchronous) {
-            fail_rest(&mut results, &Error::sqlite(&self.path, e));
-            return results.into_iter().flatten().collect();
-        }
-        let Writer { conn, index, .. } = w;
         let mut deferred_index = false;
-        let deadline = match patience {
-            Patience::Budget => Instant::now() + self.options.busy_budget,
-            Patience::None => Instant::now(),
-        };
         let mut pause_ms = 2u64;
         loop {
             let active: Vec<usize> = (0..jobs.len()).filter(|&i| results[i].is_none()).collect();
@@ -548,7 +551,7 @@ impl SqliteBackend {
                         let _ = conn.execute_batch("ROLLBACK");
                     }
                     if !(e.is_busy() && Instant::now() < deadline) {
-                        let busy_now = e.is_busy() && matches!(patience, Patience::None);
+                        let busy_now = e.is_busy() && never;
                         fail_rest(&mut results, &if busy_now { self.writer_busy() } else { e });
                         break;
                     }
@@ -556,6 +559,9 @@ impl SqliteBackend {
                     pause_ms = (pause_ms * 2).min(100);
                 }
             }
+        }
+        if never {
+            let _ = conn.busy_timeout(schema::BUSY_TIMEOUT);
         }
         drop(writer);
         if deferred_index || self.checkpoint_due.load(Ordering::Acquire) {
@@ -947,7 +953,7 @@ impl Backend for SqliteBackend {
     fn write_now(&self, op: WriteOp) -> Result<WriteOut> {
         self.ensure_open()?;
         self.commits
-            .try_submit(op, |jobs| self.commit_batch(jobs, Patience::None))
+            .try_submit(op, |jobs| self.commit_batch(jobs, Patience::Never))
             .unwrap_or_else(|| Err(self.writer_busy()))
     }
 
@@ -1170,7 +1176,12 @@ mod tests {
         let started = Instant::now();
         let got = append_now(&db, "s");
         assert!(matches!(got, Err(Error::WriterBusy { .. })), "{got:?}");
-        assert!(started.elapsed() < Duration::from_secs(1), "it waited");
+        // SQLite's own busy handler would have slept for its timeout (100 ms).
+        assert!(
+            started.elapsed() < Duration::from_millis(50),
+            "it waited {:?}",
+            started.elapsed()
+        );
         other.execute_batch("ROLLBACK").unwrap();
         assert_eq!(db.message_count("s").unwrap(), Some(0), "nothing written");
         assert!(append_now(&db, "s").is_ok(), "free again: it writes");
