@@ -8,6 +8,8 @@ model and tool calls, i.e. at the moment the next step starts.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -264,10 +266,31 @@ def test_default_backend_is_offline_and_says_so(db: SessionDB) -> None:
     assert result["completed"] is True
 
 
+def test_an_offline_agent_never_imports_the_openai_package(tmp_path: Path) -> None:
+    # The package takes most of a second to import and to tear down at exit: a CLI or cron
+    # process that never calls a model must not pay for it.
+    script = (
+        "import sys\n"
+        "from hermes.agent import AIAgent\n"
+        "from hermes.state import SessionDB\n"
+        "db = SessionDB(sys.argv[1])\n"
+        "AIAgent(session_id='s', session_db=db).run_conversation('ping')\n"
+        "db.close()\n"
+        "print('openai' in sys.modules)\n"
+    )
+    env = {**os.environ, "HERMES_HOME": str(tmp_path / "home")}
+    for name in ("HERMES_BASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        env.pop(name, None)
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "state.db")],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
 def test_a_configured_endpoint_selects_the_openai_backend(
     hermes_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from hermes.agent.backends import OpenAIChatBackend
+    from hermes.agent.openai_chat import OpenAIChatBackend
 
     (hermes_home / "config.yaml").write_text(
         "model: {name: cfg-model, base_url: 'http://127.0.0.1:9/v1'}\n"

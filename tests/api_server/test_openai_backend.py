@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from support.fake_openai import FakeOpenAI, Reply, tool_call
 
-from hermes.agent.backends import ModelError, OfflineBackend, OpenAIChatBackend
+from hermes.agent.backends import ModelError, OfflineBackend
+from hermes.agent.openai_chat import OpenAIChatBackend
 from hermes.errors import ConfigError
 
 QUESTION = [{"role": "user", "content": "hi"}]
