@@ -1,11 +1,13 @@
 //! Owned rows → Python dicts, done after the SQL ran without the GIL.
 
+use std::ffi::CStr;
+
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+use pyo3::types::{PyBytes, PyDict, PyString};
 use pyo3::{intern, IntoPyObjectExt};
-use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use crate::model::{conv, RowRef, ValueRef};
+use crate::pyjson::{self, Malformed};
 use crate::schema::CONTENT_JSON_PREFIX;
 
 pub fn value<'py>(py: Python<'py>, v: ValueRef<'_>) -> PyResult<Bound<'py, PyAny>> {
@@ -18,110 +20,34 @@ pub fn value<'py>(py: Python<'py>, v: ValueRef<'_>) -> PyResult<Bound<'py, PyAny
     }
 }
 
-/// Stored text as a Python string. Python validates the UTF-8 as it
-/// decodes (once), replacing what another writer may have stored invalid.
+/// Stored text as a Python string, replacing what another writer may have
+/// stored as invalid UTF-8.
 pub fn text<'py>(py: Python<'py>, bytes: &[u8]) -> Bound<'py, PyString> {
-    // SAFETY: the GIL is held; the pointer and length describe `bytes`, and
     // "replace" makes decoding infallible but for memory exhaustion.
+    utf8(py, bytes, c"replace")
+        .unwrap_or_else(|_| PyString::new(py, &String::from_utf8_lossy(bytes)))
+}
+
+/// UTF-8 as a Python string, validated once, by Python, as it decodes;
+/// `errors` is a Python error handler ("strict", "replace").
+pub fn utf8<'py>(py: Python<'py>, bytes: &[u8], errors: &CStr) -> PyResult<Bound<'py, PyString>> {
+    // SAFETY: the GIL is held; the pointer and length describe `bytes`.
     unsafe {
         let obj = pyo3::ffi::PyUnicode_DecodeUTF8(
             bytes.as_ptr().cast(),
             bytes.len() as pyo3::ffi::Py_ssize_t,
-            c"replace".as_ptr(),
+            errors.as_ptr(),
         );
-        match Bound::from_owned_ptr_or_err(py, obj) {
-            Ok(s) => s.cast_into_unchecked(),
-            Err(_) => PyString::new(py, &String::from_utf8_lossy(bytes)),
-        }
+        Bound::from_owned_ptr_or_err(py, obj).map(|s| s.cast_into_unchecked())
     }
 }
 
-/// A JSON document as Python objects, built straight from the parser (no
-/// intermediate tree). Malformed JSON comes back as the raw string rather
-/// than failing the whole read.
+/// A JSON document as Python objects. Malformed JSON comes back as the raw
+/// string rather than failing the whole read.
 pub fn json<'py>(py: Python<'py>, doc: &[u8]) -> PyResult<Bound<'py, PyAny>> {
-    let mut parser = serde_json::Deserializer::from_slice(doc);
-    match PyJson(py)
-        .deserialize(&mut parser)
-        .and_then(|v| parser.end().map(|_| v))
-    {
+    match pyjson::parse(py, doc) {
         Ok(v) => Ok(v),
-        Err(_) => Ok(text(py, doc).into_any()),
-    }
-}
-
-/// Deserializes one JSON value into a Python object.
-struct PyJson<'py>(Python<'py>);
-
-fn py_err<E: de::Error>(e: PyErr) -> E {
-    E::custom(e)
-}
-
-impl<'de, 'py> DeserializeSeed<'de> for PyJson<'py> {
-    type Value = Bound<'py, PyAny>;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de, 'py> Visitor<'de> for PyJson<'py> {
-    type Value = Bound<'py, PyAny>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON value")
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(self.0.None().into_bound(self.0))
-    }
-
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
-        v.into_bound_py_any(self.0).map_err(py_err)
-    }
-
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-        v.into_bound_py_any(self.0).map_err(py_err)
-    }
-
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-        v.into_bound_py_any(self.0).map_err(py_err)
-    }
-
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-        v.into_bound_py_any(self.0).map_err(py_err)
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        // A tool call's keys and its `type` value: interned, so allocated
-        // and hashed once rather than per call.
-        let py = self.0;
-        let common = match v {
-            "id" => intern!(py, "id"),
-            "type" => intern!(py, "type"),
-            "function" => intern!(py, "function"),
-            "name" => intern!(py, "name"),
-            "arguments" => intern!(py, "arguments"),
-            _ => return Ok(PyString::new(py, v).into_any()),
-        };
-        Ok(common.clone().into_any())
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let list = PyList::empty(self.0);
-        while let Some(item) = seq.next_element_seed(PyJson(self.0))? {
-            list.append(item).map_err(py_err)?;
-        }
-        Ok(list.into_any())
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let dict = PyDict::new(self.0);
-        while let Some(key) = map.next_key_seed(PyJson(self.0))? {
-            let value = map.next_value_seed(PyJson(self.0))?;
-            dict.set_item(key, value).map_err(py_err)?;
-        }
-        Ok(dict.into_any())
+        Err(Malformed) => Ok(text(py, doc).into_any()),
     }
 }
 

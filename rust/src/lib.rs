@@ -6,6 +6,7 @@ pub mod encode;
 pub mod error;
 pub mod model;
 pub mod py_store;
+pub mod pyjson;
 pub mod schema;
 pub mod store;
 pub mod tracker;

@@ -1,0 +1,198 @@
+//! Query results copied into owned [`Table`]s, so they can be turned into
+//! Python objects after the SQL ran (the GIL released meanwhile). A long
+//! result is handed over table by table while a helper thread reads ahead.
+
+use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::time::{Duration, Instant};
+
+use rusqlite::{Rows, Statement};
+
+use crate::model::Table;
+
+/// Rows read on the calling thread before a helper takes over the rest:
+/// a result this short is read and handed over with no thread started.
+const FIRST_TABLE_ROWS: usize = 64;
+
+/// Rows per table the helper hands over: small, so that the consumer,
+/// which converts slower than the helper reads, seldom waits for one.
+const TABLE_ROWS: usize = 32;
+
+/// Tables the helper reads ahead of the consumer at most (bounds memory).
+const TABLES_AHEAD: usize = 16;
+
+/// How long the consumer polls for the helper's next table before it sleeps:
+/// a few tables' read. Falling asleep and being woken again costs tens of
+/// microseconds on a virtual machine, more than the wait itself.
+const POLL_FOR_TABLE: Duration = Duration::from_micros(100);
+
+/// All rows of a query in one table.
+pub fn all(stmt: &mut Statement<'_>, params: impl rusqlite::Params) -> rusqlite::Result<Table> {
+    let mut table = Table::new(column_names(stmt));
+    fill(&mut stmt.query(params)?, &mut table, usize::MAX)?;
+    Ok(table)
+}
+
+/// The rows of a query handed to `sink` in tables, in order, all on the
+/// calling thread: first up to [`FIRST_TABLE_ROWS`], read here; if more
+/// follow, a helper thread reads them while `sink` takes the tables read
+/// so far. Reading stops, without error, when `sink` returns false.
+pub fn read_ahead(
+    stmt: &mut Statement<'_>,
+    params: impl rusqlite::Params,
+    sink: &mut dyn FnMut(Table) -> bool,
+) -> rusqlite::Result<()> {
+    let mut first = Table::new(column_names(stmt));
+    let mut rows = stmt.query(params)?;
+    if !fill(&mut rows, &mut first, FIRST_TABLE_ROWS)? || !fill(&mut rows, &mut first, 1)? {
+        // All of it (the second fill looked for one row past the first table).
+        sink(first);
+        return Ok(());
+    }
+    let template = first.sized_like();
+    let rows = Exclusive(rows);
+    std::thread::scope(|scope| {
+        let (tables, received) = mpsc::sync_channel(TABLES_AHEAD);
+        let helper = scope.spawn(move || {
+            let mut rows = rows.into_inner();
+            let mut template = template;
+            loop {
+                let mut table = template.sized_like();
+                let more = fill(&mut rows, &mut table, TABLE_ROWS)?;
+                template = table.sized_like();
+                let sent = table.row_count() == 0 || tables.send(table).is_ok();
+                if !sent || !more {
+                    return Ok(());
+                }
+            }
+        });
+        let mut wanted = sink(first);
+        while wanted {
+            let Some(table) = next_table(&received) else {
+                break;
+            };
+            wanted = sink(table);
+        }
+        drop(received); // a helper still reading stops at its next table
+        helper
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
+fn column_names(stmt: &Statement<'_>) -> Vec<String> {
+    stmt.column_names().map(String::from).collect()
+}
+
+/// Moves up to `limit` rows into `table`; false if the rows ran out first.
+fn fill(rows: &mut Rows<'_>, table: &mut Table, limit: usize) -> rusqlite::Result<bool> {
+    let width = table.columns.len();
+    for _ in 0..limit {
+        let Some(row) = rows.next()? else {
+            return Ok(false);
+        };
+        for i in 0..width {
+            table.push(row.get_ref(i)?);
+        }
+    }
+    Ok(true)
+}
+
+/// The helper's next table; None once it is done (or failed).
+fn next_table(received: &Receiver<Table>) -> Option<Table> {
+    let poll_until = Instant::now() + POLL_FOR_TABLE;
+    loop {
+        match received.try_recv() {
+            Ok(table) => return Some(table),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) if Instant::now() < poll_until => std::hint::spin_loop(),
+            Err(TryRecvError::Empty) => return received.recv().ok(),
+        }
+    }
+}
+
+/// A value that one thread at a time uses, moved to a helper thread.
+struct Exclusive<T>(T);
+
+// SAFETY: connections are opened with SQLITE_OPEN_NO_MUTEX ("multi-thread"
+// mode), in which SQLite lets a connection and its statements be used from
+// any thread, one thread at a time. The rows move to the helper, and the
+// calling thread touches neither them nor their statement or connection
+// until the helper is joined.
+unsafe impl<T> Send for Exclusive<T> {}
+
+impl<T> Exclusive<T> {
+    /// Taken out whole (a closure naming the field would capture only the
+    /// field, which is not Send).
+    fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rusqlite::Connection;
+
+    fn numbers(n: i64) -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (n INTEGER, s TEXT)")
+            .unwrap();
+        for i in 0..n {
+            conn.execute("INSERT INTO t VALUES (?1, ?2)", (i, format!("row {i}")))
+                .unwrap();
+        }
+        conn
+    }
+
+    fn read(conn: &Connection, stop_after: usize) -> (Vec<i64>, usize) {
+        let mut stmt = conn.prepare("SELECT n, s FROM t ORDER BY n").unwrap();
+        let (mut seen, mut tables) = (Vec::new(), 0);
+        read_ahead(&mut stmt, [], &mut |table| {
+            tables += 1;
+            for row in table.rows() {
+                let (n, s) = (row.get(0), row.get(1));
+                let rusqlite::types::ValueRef::Integer(n) = n else {
+                    panic!("{n:?}")
+                };
+                assert_eq!(
+                    s,
+                    rusqlite::types::ValueRef::Text(format!("row {n}").as_bytes())
+                );
+                seen.push(n);
+            }
+            tables < stop_after
+        })
+        .unwrap();
+        (seen, tables)
+    }
+
+    #[test]
+    fn every_row_once_in_order_across_table_edges() {
+        let first = FIRST_TABLE_ROWS as i64;
+        let table = TABLE_ROWS as i64;
+        for n in [
+            0,
+            1,
+            first,
+            first + 1,
+            first + table,
+            first + table + 1,
+            1000,
+        ] {
+            let (seen, tables) = read(&numbers(n), usize::MAX);
+            assert_eq!(seen, (0..n).collect::<Vec<_>>(), "{n} rows");
+            // A result that fits the first table starts no helper and comes in one table.
+            assert_eq!(tables == 1, n <= first + 1, "{n} rows in {tables} tables");
+        }
+    }
+
+    #[test]
+    fn a_sink_that_stops_ends_the_read_without_error() {
+        let conn = numbers(5000);
+        let (seen, tables) = read(&conn, 2);
+        assert_eq!(tables, 2);
+        assert_eq!(seen, (0..seen.len() as i64).collect::<Vec<_>>());
+        // The statement was reset: the connection reads again from the start.
+        assert_eq!(read(&conn, usize::MAX).0.len(), 5000);
+    }
+}
