@@ -5,7 +5,6 @@
 //! waits, then converts the result back.
 
 use std::path::PathBuf;
-use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::{Mutex, TryLockError};
 use std::time::Duration;
 
@@ -179,33 +178,6 @@ fn append_rows<'py>(
         list.append(convert(list.py(), r)?)?;
     }
     Ok(())
-}
-
-/// A transcript of this many rows or more is converted on a second thread
-/// while the rest is read, in tables of this many rows: reading and
-/// converting run on two cores side by side (about 40% of a load is
-/// reading). Shorter ones are converted after the read, with no thread to start.
-const PIPELINE_CHUNK_ROWS: usize = 128;
-
-/// Tables read ahead of the converter at most (bounds the memory held).
-const PIPELINE_DEPTH: usize = 4;
-
-/// The converting end of a pipelined load: each table as it arrives, into
-/// one list. Takes the GIL (the reading thread has released it) and gives
-/// it back while it waits for the next table.
-fn convert_chunks(mut chunks: Receiver<Table>) -> PyResult<Py<PyList>> {
-    Python::attach(|py| {
-        let list = PyList::empty(py);
-        loop {
-            // The receiver moves in and out: it is Send, not Sync.
-            let (next, back) = py.detach(move || (chunks.recv(), chunks));
-            chunks = back;
-            let Ok(table) = next else {
-                return Ok(list.unbind());
-            };
-            append_rows(&list, &table, decode::conversation_message)?;
-        }
-    })
 }
 
 impl Store {
@@ -403,43 +375,22 @@ impl Store {
     ) -> PyResult<Bound<'py, PyList>> {
         let _pause = GcPause::new(py);
         let backend = &*self.backend;
-        let (read, short, converted) = py.detach(|| {
-            std::thread::scope(|scope| {
-                let mut short = None;
-                let mut pipe = None;
-                let read = backend.conversation(
-                    session_id,
-                    include_inactive,
-                    PIPELINE_CHUNK_ROWS,
-                    &mut |table| match &pipe {
-                        Some((chunks, _)) => SyncSender::send(chunks, table).is_ok(),
-                        None if table.row_count() < PIPELINE_CHUNK_ROWS => {
-                            short = Some(table);
-                            true
-                        }
-                        None => {
-                            let (chunks, received) = mpsc::sync_channel(PIPELINE_DEPTH);
-                            let converter = scope.spawn(move || convert_chunks(received));
-                            let sent = chunks.send(table).is_ok();
-                            pipe = Some((chunks, converter));
-                            sent
-                        }
-                    },
-                );
-                let converted = pipe.map(|(chunks, converter)| {
-                    drop(chunks);
-                    converter
-                        .join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-                });
-                (read, short, converted)
+        let list = PyList::empty(py).unbind();
+        let mut failed = None;
+        py.detach(|| {
+            backend.conversation(session_id, include_inactive, &mut |table| {
+                // Each table becomes dicts as it arrives, with the GIL taken
+                // back for it (and given up again while the next is read).
+                Python::attach(|py| {
+                    append_rows(list.bind(py), &table, decode::conversation_message)
+                })
+                .map_err(|e| failed = Some(e))
+                .is_ok()
             })
-        });
-        read?;
-        match (short, converted) {
-            (_, Some(list)) => Ok(list?.into_bound(py)),
-            (Some(table), None) => rows_to_list(py, &table, decode::conversation_message),
-            (None, None) => Ok(PyList::empty(py)),
+        })?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(list.into_bound(py)),
         }
     }
 

@@ -8,6 +8,7 @@ mod group_commit;
 mod indexer;
 mod search_index;
 mod sqlite;
+mod tables;
 
 pub use sqlite::{Options, SqliteBackend};
 
@@ -92,14 +93,13 @@ pub trait Backend: Send + Sync {
     /// A session's messages in insertion order (`messages.id`).
     fn messages(&self, session_id: &str, include_inactive: bool) -> Result<Table>;
     /// The same rows, in the columns of [`crate::model::CONVERSATION_COLUMNS`],
-    /// handed to `sink` as they are read: tables of `chunk_rows` rows, then
-    /// a last, shorter one (possibly empty). Reading stops, without error,
-    /// when `sink` returns false.
+    /// handed to `sink` on the calling thread in tables, in order, while the
+    /// rest is read (see [`tables::read_ahead`]). Reading stops, without
+    /// error, when `sink` returns false.
     fn conversation(
         &self,
         session_id: &str,
         include_inactive: bool,
-        chunk_rows: usize,
         sink: &mut dyn FnMut(Table) -> bool,
     ) -> Result<()>;
     fn list_sessions(&self, page: &Page) -> Result<Table>;

@@ -16,6 +16,7 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Statement};
 use super::group_commit::GroupCommit;
 use super::indexer::{Indexer, Step};
 use super::search_index::{IndexPlan, BACKGROUND_CHUNK_ROWS, CATCH_UP_CHUNK_ROWS};
+use super::tables;
 use super::{Backend, Page, WriteOp, WriteOut};
 use crate::error::{Error, Result, StorageKind};
 use crate::model::{NewMessage, Table, Value, CONVERSATION_COLUMNS, MESSAGE_COLUMNS};
@@ -876,43 +877,6 @@ impl SqliteBackend {
             path: self.path.clone(),
         }
     }
-
-    fn rows(stmt: &mut Statement<'_>, params: impl rusqlite::Params) -> rusqlite::Result<Table> {
-        let mut out = None;
-        Self::chunks(stmt, params, usize::MAX, &mut |table| {
-            out = Some(table);
-            true
-        })?;
-        Ok(out.unwrap_or_default())
-    }
-
-    /// The rows handed to `sink` in tables of `chunk_rows` rows as they are
-    /// read, then the rest (possibly none) in a last, shorter one. Stops
-    /// early when `sink` returns false.
-    fn chunks(
-        stmt: &mut Statement<'_>,
-        params: impl rusqlite::Params,
-        chunk_rows: usize,
-        sink: &mut dyn FnMut(Table) -> bool,
-    ) -> rusqlite::Result<()> {
-        let columns: Vec<String> = stmt.column_names().map(String::from).collect();
-        let width = columns.len();
-        let mut table = Table::new(columns);
-        let mut rows = stmt.query(params)?;
-        while let Some(r) = rows.next()? {
-            for i in 0..width {
-                table.push(r.get_ref(i)?);
-            }
-            if table.row_count() == chunk_rows {
-                let next = table.sized_like();
-                if !sink(std::mem::replace(&mut table, next)) {
-                    return Ok(());
-                }
-            }
-        }
-        sink(table);
-        Ok(())
-    }
 }
 
 impl Error {
@@ -960,7 +924,7 @@ impl Backend for SqliteBackend {
     fn session(&self, id: &str) -> Result<Table> {
         self.read(|c| {
             let mut stmt = c.prepare_cached("SELECT * FROM sessions WHERE id = ?1")?;
-            Self::rows(&mut stmt, [id])
+            tables::all(&mut stmt, [id])
         })
     }
 
@@ -997,7 +961,7 @@ impl Backend for SqliteBackend {
     fn messages(&self, session_id: &str, include_inactive: bool) -> Result<Table> {
         self.read(|c| {
             let mut stmt = c.prepare_cached(&messages_sql(MESSAGE_COLUMNS, include_inactive))?;
-            Self::rows(&mut stmt, [session_id])
+            tables::all(&mut stmt, [session_id])
         })
     }
 
@@ -1005,13 +969,12 @@ impl Backend for SqliteBackend {
         &self,
         session_id: &str,
         include_inactive: bool,
-        chunk_rows: usize,
         sink: &mut dyn FnMut(Table) -> bool,
     ) -> Result<()> {
         self.read(|c| {
             let sql = messages_sql(CONVERSATION_COLUMNS, include_inactive);
             let mut stmt = c.prepare_cached(&sql)?;
-            Self::chunks(&mut stmt, [session_id], chunk_rows, sink)
+            tables::read_ahead(&mut stmt, [session_id], sink)
         })
     }
 
@@ -1021,7 +984,7 @@ impl Backend for SqliteBackend {
                 "SELECT * FROM sessions WHERE (?1 IS NULL OR source = ?1)
                  ORDER BY started_at DESC, id DESC LIMIT ?2 OFFSET ?3",
             )?;
-            Self::rows(&mut stmt, params![page.source, page.limit, page.offset])
+            tables::all(&mut stmt, params![page.source, page.limit, page.offset])
         })
     }
 
@@ -1046,7 +1009,7 @@ impl Backend for SqliteBackend {
                    AND (?3 IS NULL OR m.session_id = ?3)
                  ORDER BY rank LIMIT ?4 OFFSET ?5",
             )?;
-            Self::rows(
+            tables::all(
                 &mut stmt,
                 params![query, page.source, page.session_id, page.limit, page.offset],
             )
