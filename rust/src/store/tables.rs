@@ -22,7 +22,8 @@ const TABLES_AHEAD: usize = 16;
 
 /// How long the consumer polls for the helper's next table before it sleeps:
 /// a few tables' read. Falling asleep and being woken again costs tens of
-/// microseconds on a virtual machine, more than the wait itself.
+/// microseconds on a virtual machine, more than the wait itself. It polls by
+/// yielding, not spinning: the helper may have been placed on its core.
 const POLL_FOR_TABLE: Duration = Duration::from_micros(100);
 
 /// All rows of a query in one table.
@@ -104,7 +105,7 @@ fn next_table(received: &Receiver<Table>) -> Option<Table> {
         match received.try_recv() {
             Ok(table) => return Some(table),
             Err(TryRecvError::Disconnected) => return None,
-            Err(TryRecvError::Empty) if Instant::now() < poll_until => std::hint::spin_loop(),
+            Err(TryRecvError::Empty) if Instant::now() < poll_until => std::thread::yield_now(),
             Err(TryRecvError::Empty) => return received.recv().ok(),
         }
     }
