@@ -632,10 +632,15 @@ class Report:
         self.table(["system", "load p50", "÷ hermes", "guard read p50", "÷ hermes"], rows)
 
     def scaling(self) -> None:
+        plan = dict((name, kw) for name, kw in self.doc.get("config", {}).get("plan", []))
+        kw = plan.get("scaling", {})
+        flushes, loads = kw.get("flushes", "a few"), kw.get("loads", "a few")
+        after = f" (which by then holds {20 * flushes:,} messages more than the size)" if isinstance(flushes, int) else ""
         self.w(
             "## Scaling with the transcript (100 → 100k messages)",
             "",
-            "At each size: p50 of a few 20-message flushes, and the load time of the whole transcript. The growth "
+            f"At each size: p50 of {flushes} 20-message flushes, then p50 of {loads} loads of the whole "
+            f"transcript{after}, right after the flushes. The growth "
             "between sizes is not measured (written in big batches, without fsync where the system allows it). "
             "The slope is d log(latency) / d log(size) between the smallest and the largest size: ~0 means the cost "
             "does not depend on the transcript (O(new)), ~1 means it is proportional to it (O(total)).",

@@ -77,7 +77,7 @@ def plan(quick: bool) -> dict[str, Any]:
             ["concurrent", {"threads": 50, "turns": 20, "turn": 20, "budget_s": 30}],
             ["reads", {"size": 10_000, "loads": 20, "counts": 10_000}],
             ["multiproc", {"procs": 4, "turns": 50, "turn": 20}],
-            ["scaling", {"sizes": sizes, "flushes": 10, "loads": 5, "budget_s": 90}],
+            ["scaling", {"sizes": sizes, "flushes": 10, "loads": 11, "budget_s": 90}],
         ],
         "floor": {"turns": "1,20,1000", "total": 10_000, "scaling": ",".join(map(str, sizes)), "reads": 20},
         "probe": {"turn": 20, "total": 2000, "budget_s": 5},
