@@ -499,12 +499,21 @@ class Bench:
             cmd = [sys.executable, __file__, "--writer", self.system_name, self.sync, str(path),
                    f"proc-{i}", str(i * turns * turn), str(turns), str(turn), str(go)]
             children.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
-        for c in children:
-            assert c.stdout is not None and c.stdout.readline().strip() == "ready"
-        t0 = ns()
-        go.touch()
-        answers = [json.loads(c.communicate()[0] or "{}") for c in children]
-        wall = ns() - t0
+        try:
+            for c in children:
+                assert c.stdout is not None
+                said = c.stdout.readline().strip()
+                if said != "ready":
+                    raise RuntimeError(f"a writer failed to start (exit {c.wait()}): {said[:200]}")
+            t0 = ns()
+            go.touch()
+            answers = [json.loads(c.communicate()[0] or "{}") for c in children]
+            wall = ns() - t0
+        finally:
+            for c in children:  # none left waiting for a start that will not come
+                if c.poll() is None:
+                    c.kill()
+                    c.wait()
         written = sum(len(a.get("flush_ns", [])) for a in answers) * turn
         sids = [f"proc-{i}" for i in range(procs)]
         check = self.cls(path, self.sync)
@@ -660,12 +669,24 @@ def writer(system: str, sync: str, path: str, sid: str, start: int, turns: int, 
     os.environ.setdefault("HERMES_HOME", str(Path(path).parent / "home"))
     out = sys.stdout
     sys.stdout = sys.stderr
-    store = SYSTEMS[system](Path(path), sync)
-    conv = store.conversation(sid)
+    # Setup is not timed: another writer's setup holding the lock (OpenAI's
+    # sets journal_mode on a connection of its own) is waited out.
+    for attempt in range(50):
+        try:
+            store = SYSTEMS[system](Path(path), sync)
+            conv = store.conversation(sid)
+            break
+        except Exception as exc:  # the peers raise their own lock errors
+            if "locked" not in str(exc) or attempt == 49:
+                raise
+            time.sleep(0.05)
     pending = workload.messages(start, start + turns * turn)
     out.write("ready\n")
     out.flush()
+    give_up = time.monotonic() + 120
     while not Path(go).exists():
+        if time.monotonic() > give_up:
+            raise SystemExit("no start signal in 120 s")
         time.sleep(0.001)
     live: list[dict[str, Any]] = []
     samples: list[int] = []
