@@ -390,23 +390,31 @@ class Report:
             for what, p, v, h in gaps
         )
         flush_gap = any(what.startswith("flush at") for what, *_ in gaps)
+        load_gap = any(what.startswith("load at") for what, *_ in gaps)
+        procs_gap = any("processes" in what for what, *_ in gaps)
         return [
             f"* **Other shared workloads where a peer is ahead** ({len(gaps)}): {listed}. "
             + ("A 20-message flush into a 100k-message transcript is slower than at 10k although it is O(new) "
                "and the bare floor stays flat. One cause was found and fixed (B11: under steady writes the WAL "
-               "was never started over and every page read searched a longer one); what is left is not "
-               "profiled yet, the suspect being FTS5 segment merges, which grow with the index. "
+               "was never started over and every page read searched a longer one). What is left: the flush's "
+               "fsync shares the disk with the background checkpoint, which at 100k writes more scattered "
+               "pages (fsync p50 measured under strace: 444 µs at 10k, 546 µs at 100k); the figure also swings "
+               "between runs. "
                if flush_gap else "")
-            + "LangGraph keeps a "
-            "conversation as one msgpack blob: reading it back is one C-level decode of the whole list, which "
-            "beats building one dict per row from SQL rows for short lists (from about 10k messages hermes is "
-            "ahead: long loads convert on a second core while the rest is read), and with 4 processes each "
-            "rewrites a small blob under the lock while hermes inserts rows and index entries and hands the "
-            "lock over with a jittered sleep. On a short load, decoding the tool calls' JSON is about 20% of "
-            "the time and object creation most of the rest. What would close it: a JSON-to-Python decoder "
-            "that reuses its buffers (serde_json's escape path dominates, the arguments being JSON inside "
-            "JSON), pipelining from fewer rows, and a lock hand-off that wakes the next process instead of "
-            "sleeping (SQLite's own busy handler sleeps too)."
+            + ("LangGraph keeps a conversation as one msgpack blob: a load is one decode of the whole list "
+               "(ormsgpack builds these messages at ~0.5 µs each here), while hermes reads rows (SQL and copy "
+               "~0.6 µs a row, on a helper thread past the first 64) and builds the same dicts (~0.7 µs a row, "
+               "half of it the tool calls' JSON). Here a load also comes right after writes: every commit "
+               "resets the reader connection's page cache, the rows just written are read back from the WAL, "
+               "and the background indexer catches up on the core the helper wants, so the figure swings "
+               "between runs (1.1–1.9 ms for 1,200 messages in repeated runs of one build; 1.17 ms back to "
+               "back, warm). From about 10k messages hermes is ahead. What would close it: building the dicts "
+               "at a decoder's speed (CPython's non-limited API: presized dicts, strings written in place; we "
+               "ship one abi3 wheel), and a reader cache that survives our own commits (SQLite drops a "
+               "connection's whole cache when another connection wrote). "
+               if load_gap else "")
+            + ("With 4 processes LangGraph rewrites one small blob under the lock while hermes inserts rows "
+               "and index entries. " if procs_gap else "")
         ]
 
     def turns(self, sync: str) -> list[int]:
