@@ -13,8 +13,8 @@ use crate::model::Table;
 /// a result this short is read and handed over with no thread started.
 const FIRST_TABLE_ROWS: usize = 64;
 
-/// Rows per table the helper hands over: small, so that the consumer,
-/// which converts slower than the helper reads, seldom waits for one.
+/// Rows per table the helper hands over: small, so that its first table
+/// reaches the consumer soon after the helper starts.
 const TABLE_ROWS: usize = 32;
 
 /// Tables the helper reads ahead of the consumer at most (bounds memory).
