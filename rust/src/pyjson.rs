@@ -14,8 +14,8 @@ use pyo3::{intern, IntoPyObjectExt};
 
 use crate::decode;
 
-/// Arrays and objects nested more than this deep are refused (as serde_json and CPython's own
-/// decoder refuse it), so a hostile row cannot exhaust the stack.
+/// Arrays and objects nested more than this deep are refused (serde_json's
+/// limit too), so a hostile row cannot exhaust the stack.
 const MAX_DEPTH: usize = 128;
 
 /// The document is not JSON (or nests too deep); nothing was raised in Python.
@@ -111,13 +111,8 @@ impl<'py> Parser<'py, '_> {
             self.expect(b':')?;
             let value = self.value(depth + 1)?;
             dict.set_item(key, value).map_err(|_| Malformed)?;
-            match self.peek() {
-                Some(b',') => self.at += 1,
-                Some(b'}') => {
-                    self.at += 1;
-                    return Ok(dict.into_any());
-                }
-                _ => return Err(Malformed),
+            if self.closed_after_item(b'}')? {
+                return Ok(dict.into_any());
             }
         }
     }
@@ -132,14 +127,25 @@ impl<'py> Parser<'py, '_> {
         loop {
             let item = self.value(depth + 1)?;
             list.append(item).map_err(|_| Malformed)?;
-            match self.peek() {
-                Some(b',') => self.at += 1,
-                Some(b']') => {
-                    self.at += 1;
-                    return Ok(list.into_any());
-                }
-                _ => return Err(Malformed),
+            if self.closed_after_item(b']')? {
+                return Ok(list.into_any());
             }
+        }
+    }
+
+    /// After an item of an array or object: true at its `close`, false past
+    /// a comma (another item follows).
+    fn closed_after_item(&mut self, close: u8) -> Result<bool, Malformed> {
+        match self.peek() {
+            Some(b',') => {
+                self.at += 1;
+                Ok(false)
+            }
+            Some(b) if b == close => {
+                self.at += 1;
+                Ok(true)
+            }
+            _ => Err(Malformed),
         }
     }
 

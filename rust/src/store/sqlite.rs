@@ -403,13 +403,14 @@ impl SqliteBackend {
         }
     }
 
+    /// What a write made without waiting gets when another writer is in the way.
     fn writer_busy(&self) -> Error {
         Error::WriterBusy {
             path: self.path.clone(),
         }
     }
 
-    /// Remembers a short read (see `cut`).
+    /// Refuses to write once a read came up short (see `cut`).
     fn ensure_not_cut(&self) -> Result<()> {
         if !self.cut.load(Ordering::Acquire) {
             return Ok(());
@@ -421,15 +422,13 @@ impl SqliteBackend {
         })
     }
 
-    /// A passive checkpoint on the indexer's own connection (opened on first
-    /// use), without the writer: it runs beside commits, not ahead of them.
-    /// Copies the WAL into the database file on a connection of its own,
-    /// without holding up writers; then, with this store's writer held,
-    /// copies the frames committed meanwhile and starts the WAL over
-    /// (`RESTART`, which gives up rather than wait if another process is
-    /// reading it). Passive checkpoints alone never start the WAL over
-    /// under a steady writer: it grew without bound, and every read then
-    /// searched a longer WAL.
+    /// Copies the WAL into the database file on the indexer's own connection
+    /// (opened on first use) without holding up writers (`PASSIVE`); then,
+    /// with this store's writer held, copies the frames committed meanwhile
+    /// and starts the WAL over (`RESTART`, which gives up rather than wait if
+    /// another process is reading it). Passive checkpoints alone never start
+    /// the WAL over under a steady writer: it grew without bound, and every
+    /// read then searched a longer WAL.
     fn checkpoint(
         conn: &mut Option<Connection>,
         path: &Path,
