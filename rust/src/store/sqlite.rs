@@ -1135,15 +1135,18 @@ mod tests {
         create(&db, "s");
         let other = Connection::open(dir.path().join("state.db")).unwrap();
         other.execute_batch("BEGIN IMMEDIATE").unwrap();
-        let started = Instant::now();
-        let got = append_now(&db, "s");
-        assert!(matches!(got, Err(Error::WriterBusy { .. })), "{got:?}");
-        // SQLite's own busy handler would have slept for its timeout (100 ms).
-        assert!(
-            started.elapsed() < Duration::from_millis(50),
-            "it waited {:?}",
-            started.elapsed()
-        );
+        // SQLite's own busy handler would sleep its whole timeout (100 ms) on
+        // every try; the fastest of a few tries is immune to a stalled host.
+        let fastest = (0..3)
+            .map(|_| {
+                let started = Instant::now();
+                let got = append_now(&db, "s");
+                assert!(matches!(got, Err(Error::WriterBusy { .. })), "{got:?}");
+                started.elapsed()
+            })
+            .min()
+            .unwrap();
+        assert!(fastest < Duration::from_millis(50), "it waited {fastest:?}");
         other.execute_batch("ROLLBACK").unwrap();
         assert_eq!(db.message_count("s").unwrap(), Some(0), "nothing written");
         assert!(append_now(&db, "s").is_ok(), "free again: it writes");
