@@ -257,6 +257,21 @@ def test_in_place_edits_of_the_live_list(db: SessionDB, agent_factory: Callable[
     assert_exact(db, [f"m{i}" for i in range(6)] + ["head", "replaced", "tail", "after-truncation"])
 
 
+@pytest.mark.parametrize("position", [0, 1, 63, 64, 65, 127, 128, 250, 298, 299])
+def test_a_dict_replaced_anywhere_in_a_long_list_is_written(
+        db: SessionDB, agent_factory: Callable[..., Any], position: int) -> None:
+    # The unchanged part of the list is compared in blocks of 64 pointers:
+    # a replacement at any place, block edges included, must be seen.
+    agent = agent_factory(db)
+    messages = [msg(f"m{i}") for i in range(300)]
+    assert agent._flush_messages_to_session_db(messages) is True
+    messages[position] = msg("replaced")
+    assert agent._flush_messages_to_session_db(messages) is True
+    messages.append(msg("after"))
+    assert agent._flush_messages_to_session_db(messages) is True
+    assert_exact(db, [f"m{i}" for i in range(300)] + ["replaced", "after"])
+
+
 def test_duplicate_references_in_one_list_write_once(db: SessionDB, agent_factory: Callable[..., Any]) -> None:
     agent = agent_factory(db)
     m = msg("twice")
