@@ -5,6 +5,7 @@
 //! [`Backend`] and plugs into `py_store::Store` without touching Python.
 
 mod group_commit;
+mod helper_threads;
 mod indexer;
 mod search_index;
 mod sqlite;

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Rows, Statement};
 
+use super::helper_threads;
 use crate::model::Table;
 
 /// Rows read on the calling thread before a helper takes over the rest:
@@ -51,21 +52,21 @@ pub fn read_ahead(
     }
     let template = first.sized_like();
     let rows = Exclusive(rows);
-    std::thread::scope(|scope| {
-        let (tables, received) = mpsc::sync_channel(TABLES_AHEAD);
-        let helper = scope.spawn(move || {
-            let mut rows = rows.into_inner();
-            let mut template = template;
-            loop {
-                let mut table = template.sized_like();
-                let more = fill(&mut rows, &mut table, TABLE_ROWS)?;
-                template = table.sized_like();
-                let sent = table.row_count() == 0 || tables.send(table).is_ok();
-                if !sent || !more {
-                    return Ok(());
-                }
+    let (tables, received) = mpsc::sync_channel(TABLES_AHEAD);
+    let read_rest = move || -> rusqlite::Result<()> {
+        let mut rows = rows.into_inner();
+        let mut template = template;
+        loop {
+            let mut table = template.sized_like();
+            let more = fill(&mut rows, &mut table, TABLE_ROWS)?;
+            template = table.sized_like();
+            let sent = table.row_count() == 0 || tables.send(table).is_ok();
+            if !sent || !more {
+                return Ok(());
             }
-        });
+        }
+    };
+    let hand_over = move || {
         let mut wanted = sink(first);
         while wanted {
             let Some(table) = next_table(&received) else {
@@ -73,11 +74,9 @@ pub fn read_ahead(
             };
             wanted = sink(table);
         }
-        drop(received); // a helper still reading stops at its next table
-        helper
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    })
+        // `received` goes here: a helper still reading stops at its next table.
+    };
+    helper_threads::beside(read_rest, hand_over).0
 }
 
 fn column_names(stmt: &Statement<'_>) -> Vec<String> {
@@ -118,7 +117,7 @@ struct Exclusive<T>(T);
 // mode), in which SQLite lets a connection and its statements be used from
 // any thread, one thread at a time. The rows move to the helper, and the
 // calling thread touches neither them nor their statement or connection
-// until the helper is joined.
+// until the helper has finished with them.
 unsafe impl<T> Send for Exclusive<T> {}
 
 impl<T> Exclusive<T> {

@@ -1,0 +1,183 @@
+//! Reusable threads for work that borrows from the caller's stack, as a
+//! scoped thread does, without starting a thread each time: on a virtual
+//! machine a new thread ran ~70 µs after it was spawned, most of the time a
+//! short load takes. An idle helper wakes in a few microseconds.
+//!
+//! Helpers are started when none is idle and kept (up to [`IDLE_KEPT`]) for
+//! the next job. A forked child starts its own: its parent's helpers did not
+//! survive the fork.
+
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Mutex, PoisonError};
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// Idle helpers kept for later jobs; more are started while all are busy.
+const IDLE_KEPT: usize = 4;
+
+struct Helper {
+    jobs: Sender<Job>,
+}
+
+/// The idle helpers, and the process they belong to.
+static IDLE: Mutex<(u32, Vec<Helper>)> = Mutex::new((0, Vec::new()));
+
+fn take_helper() -> Helper {
+    let mut idle = IDLE.lock().unwrap_or_else(PoisonError::into_inner);
+    let pid = std::process::id();
+    if idle.0 != pid {
+        // Another process's helpers (we are its forked child): gone here.
+        idle.0 = pid;
+        idle.1.clear();
+    }
+    idle.1.pop().unwrap_or_else(start_helper)
+}
+
+fn give_back(helper: Helper) {
+    let mut idle = IDLE.lock().unwrap_or_else(PoisonError::into_inner);
+    if idle.0 == std::process::id() && idle.1.len() < IDLE_KEPT {
+        idle.1.push(helper);
+    } // else dropped: its thread ends with its job channel.
+}
+
+fn start_helper() -> Helper {
+    let (jobs, received) = mpsc::channel::<Job>();
+    std::thread::Builder::new()
+        .name("hermes-helper".into())
+        .spawn(move || {
+            for job in received {
+                job();
+            }
+        })
+        .expect("could not start a helper thread: the process is out of threads or memory");
+    Helper { jobs }
+}
+
+/// Runs `job` on a helper thread while `here` runs on this one, and returns
+/// both results once both have finished. A panic in either is resumed here
+/// after both finished.
+///
+/// `here` must make `job` finish once `here` itself is done (for instance by
+/// dropping the receiving end of a channel `job` sends on): this call waits
+/// for `job` even while `here` unwinds.
+pub fn beside<'a, R: Send + 'static, T>(
+    job: impl FnOnce() -> R + Send + 'a,
+    here: impl FnOnce() -> T,
+) -> (R, T) {
+    let helper = take_helper();
+    let (done, finished) = mpsc::sync_channel(1);
+    let job: Box<dyn FnOnce() + Send + 'a> = Box::new(move || {
+        let out = panic::catch_unwind(AssertUnwindSafe(job));
+        let _ = done.send(out);
+    });
+    // SAFETY: the job borrows for 'a. `Finish` (below) does not let this
+    // call return or unwind until the job has ended: it sends on `done`
+    // last, after everything it borrowed was dropped with it.
+    let job: Job = unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + 'a>, Job>(job) };
+    let helper = match helper.jobs.send(job) {
+        Ok(()) => helper,
+        Err(unsent) => {
+            // Its thread is gone (it never panics: jobs are caught); run the
+            // job on a fresh helper instead.
+            let fresh = start_helper();
+            if fresh.jobs.send(unsent.0).is_err() {
+                unreachable!("a helper thread that was just started ended");
+            }
+            fresh
+        }
+    };
+    let mut finish = Finish {
+        finished,
+        helper: Some(helper),
+    };
+    let here_out = here();
+    let job_out = finish.wait();
+    match job_out {
+        Some(Ok(out)) => (out, here_out),
+        Some(Err(payload)) => panic::resume_unwind(payload),
+        None => unreachable!("a helper ended without reporting its job"),
+    }
+}
+
+/// Waits for the job to end, on return or unwind, then gives the helper back.
+struct Finish<R> {
+    finished: Receiver<std::thread::Result<R>>,
+    helper: Option<Helper>,
+}
+
+impl<R> Finish<R> {
+    fn wait(&mut self) -> Option<std::thread::Result<R>> {
+        let out = self.finished.recv().ok();
+        if let Some(helper) = self.helper.take() {
+            give_back(helper);
+        }
+        out
+    }
+}
+
+impl<R> Drop for Finish<R> {
+    fn drop(&mut self) {
+        if self.helper.is_some() {
+            let _ = self.wait();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn the_job_borrows_from_the_caller_and_both_results_come_back() {
+        let words = ["a".to_string(), "bc".to_string()];
+        let (len, here) = beside(|| words.iter().map(String::len).sum::<usize>(), || 7);
+        assert_eq!((len, here), (3, 7));
+    }
+
+    #[test]
+    fn helpers_are_reused() {
+        let thread_of_job = || beside(|| std::thread::current().id(), || ()).0;
+        let first = thread_of_job();
+        assert!(
+            (0..20).any(|_| thread_of_job() == first),
+            "a new thread ran every job"
+        );
+        assert_ne!(first, std::thread::current().id());
+    }
+
+    #[test]
+    fn a_panicking_job_reaches_the_caller_after_here_finished() {
+        let here_ran = AtomicUsize::new(0);
+        let caught = panic::catch_unwind(AssertUnwindSafe(|| {
+            beside(
+                || panic!("job failed"),
+                || here_ran.fetch_add(1, Ordering::SeqCst),
+            )
+        }));
+        assert!(caught.is_err());
+        assert_eq!(here_ran.load(Ordering::SeqCst), 1);
+        assert_eq!(beside(|| 1, || 2), (1, 2), "helpers still work");
+    }
+
+    #[test]
+    fn when_here_panics_the_call_waits_for_the_job_before_unwinding() {
+        let job_ended = AtomicUsize::new(0);
+        let caught = panic::catch_unwind(AssertUnwindSafe(|| {
+            beside(
+                || {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    job_ended.fetch_add(1, Ordering::SeqCst);
+                },
+                || panic!("here failed"),
+            )
+        }));
+        assert!(caught.is_err());
+        assert_eq!(
+            job_ended.load(Ordering::SeqCst),
+            1,
+            "unwound while the job ran"
+        );
+    }
+}
