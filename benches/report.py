@@ -397,7 +397,11 @@ class Report:
             + ("A 20-message flush into a 100k-message transcript does more than at 10k in one place: the "
                "check that the already-flushed part of the live list is unchanged compares every pointer "
                "(in place, ~0.5 ns a message: ~50 µs at 100k; it was 2.4 ns through the list API before "
-               "1a23701). The rest is O(new); the bare floor stays flat, and the figure swings between runs. "
+               "1a23701). The rest of the difference is not pinned down: the background index merges are larger "
+               "at 100k (in a profile of back-to-back flushes, FTS5's segment merging takes twice the share it "
+               "takes at 10k) and share the writer and the second core with the flushes; the bare floor, with no "
+               "background work, stays flat. The figure swings between runs (this build measured 468 µs against "
+               "OpenAI's 652 µs in a targeted run). "
                if flush_gap else "")
             + ("LangGraph keeps a conversation as one msgpack blob: a load is one decode of the whole list "
                "(ormsgpack builds these messages at ~0.5 µs each here), while hermes reads rows (SQL and copy "
