@@ -3,6 +3,8 @@
 //! Everything here is plain Rust data, so the GIL can be released while it
 //! is written or read.
 
+use std::sync::Arc;
+
 pub use rusqlite::types::{Value, ValueRef};
 
 /// One message row to insert, already encoded.
@@ -73,7 +75,8 @@ enum Cell {
 /// third of a load's time.
 #[derive(Debug, Default)]
 pub struct Table {
-    pub columns: Vec<String>,
+    /// Shared by the tables of one result, which a long read hands over in parts.
+    pub columns: Arc<[String]>,
     cells: Vec<Cell>,
     bytes: Vec<u8>,
 }
@@ -91,7 +94,7 @@ thread_local! {
 const SPARE_LIMIT: usize = 64 << 20;
 
 impl Table {
-    pub fn new(columns: Vec<String>) -> Self {
+    pub fn new(columns: Arc<[String]>) -> Self {
         let (cells, bytes) = SPARE.with(|spare| std::mem::take(&mut *spare.borrow_mut()));
         Table {
             columns,
@@ -127,7 +130,7 @@ impl Table {
     /// An empty table with the same columns and room for as much data.
     pub fn sized_like(&self) -> Self {
         Table {
-            columns: self.columns.clone(),
+            columns: Arc::clone(&self.columns),
             cells: Vec::with_capacity(self.cells.len()),
             bytes: Vec::with_capacity(self.bytes.len() + self.bytes.len() / 4),
         }

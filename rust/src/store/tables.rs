@@ -3,6 +3,7 @@
 //! result is handed over table by table while a helper thread reads ahead.
 
 use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rusqlite::{Rows, Statement};
@@ -50,20 +51,20 @@ pub fn read_ahead(
         sink(first);
         return Ok(());
     }
-    let template = first.sized_like();
+    let second = first.sized_like();
     let rows = Exclusive(rows);
     let (tables, received) = mpsc::sync_channel(TABLES_AHEAD);
     let read_rest = move || -> rusqlite::Result<()> {
         let mut rows = rows.into_inner();
-        let mut template = template;
+        let mut table = second;
         loop {
-            let mut table = template.sized_like();
             let more = fill(&mut rows, &mut table, TABLE_ROWS)?;
-            template = table.sized_like();
+            let next = table.sized_like();
             let sent = table.row_count() == 0 || tables.send(table).is_ok();
             if !sent || !more {
                 return Ok(());
             }
+            table = next;
         }
     };
     let hand_over = move || {
@@ -79,7 +80,7 @@ pub fn read_ahead(
     helper_threads::beside(read_rest, hand_over).0
 }
 
-fn column_names(stmt: &Statement<'_>) -> Vec<String> {
+fn column_names(stmt: &Statement<'_>) -> Arc<[String]> {
     stmt.column_names().map(String::from).collect()
 }
 
