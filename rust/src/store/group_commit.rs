@@ -8,9 +8,10 @@
 //! the next batch. Durable throughput then grows with the number of writers
 //! instead of being capped at one fsync per write.
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use super::{lock, relock};
 use crate::error::Result;
 
 struct Slot<T> {
@@ -26,12 +27,6 @@ struct Queue<J, T> {
 pub struct GroupCommit<J, T> {
     queue: Mutex<Queue<J, T>>,
     finished: Condvar,
-}
-
-fn relock<G>(r: std::result::Result<G, PoisonError<G>>) -> G {
-    // A panic inside a commit leaves no half state behind (SQLite rolls the
-    // transaction back), so a poisoned lock is safe to keep using.
-    r.unwrap_or_else(PoisonError::into_inner)
 }
 
 impl<J, T> Default for GroupCommit<J, T> {
@@ -55,10 +50,10 @@ impl<J, T> GroupCommit<J, T> {
         let slot = Arc::new(Slot {
             result: Mutex::new(None),
         });
-        let mut queue = relock(self.queue.lock());
+        let mut queue = lock(&self.queue);
         queue.pending.push((job, Arc::clone(&slot)));
         loop {
-            if let Some(result) = relock(slot.result.lock()).take() {
+            if let Some(result) = lock(&slot.result).take() {
                 return result;
             }
             if !queue.leader_active {
@@ -76,7 +71,7 @@ impl<J, T> GroupCommit<J, T> {
     /// Commits `job` alone, at once, if no batch is committing or queued;
     /// `None` (the job dropped unrun) otherwise.
     pub fn try_submit(&self, job: J, commit: impl Fn(&[J]) -> Vec<Result<T>>) -> Option<Result<T>> {
-        let mut queue = relock(self.queue.lock());
+        let mut queue = lock(&self.queue);
         if queue.leader_active || !queue.pending.is_empty() {
             return None;
         }
@@ -90,7 +85,7 @@ impl<J, T> GroupCommit<J, T> {
     /// Marks the batch done and wakes the waiting callers: those whose job
     /// it held return, and one with a queued job leads the next batch.
     fn end_lead(&self) -> MutexGuard<'_, Queue<J, T>> {
-        let mut queue = relock(self.queue.lock());
+        let mut queue = lock(&self.queue);
         queue.leader_active = false;
         queue.last_batch_end = Some(Instant::now());
         self.finished.notify_all();
@@ -103,7 +98,7 @@ impl<J, T> GroupCommit<J, T> {
     /// steady stream of them cannot starve it.
     pub fn wait_quiet(&self, quiet: Duration, limit: Duration) {
         let deadline = Instant::now() + limit;
-        let mut queue = relock(self.queue.lock());
+        let mut queue = lock(&self.queue);
         loop {
             let now = Instant::now();
             let busy = queue.leader_active || !queue.pending.is_empty();
@@ -125,7 +120,7 @@ impl<J, T> GroupCommit<J, T> {
         let results = commit(&jobs);
         debug_assert_eq!(results.len(), slots.len());
         for (slot, result) in slots.iter().zip(results) {
-            *relock(slot.result.lock()) = Some(result);
+            *lock(&slot.result) = Some(result);
         }
     }
 

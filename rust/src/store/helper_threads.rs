@@ -9,7 +9,9 @@
 
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
+
+use super::lock;
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
@@ -24,7 +26,7 @@ struct Helper {
 static IDLE: Mutex<(u32, Vec<Helper>)> = Mutex::new((0, Vec::new()));
 
 fn take_helper() -> Helper {
-    let mut idle = IDLE.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut idle = lock(&IDLE);
     let pid = std::process::id();
     if idle.0 != pid {
         // Another process's helpers (we are its forked child): gone here.
@@ -35,7 +37,7 @@ fn take_helper() -> Helper {
 }
 
 fn give_back(helper: Helper) {
-    let mut idle = IDLE.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut idle = lock(&IDLE);
     if idle.0 == std::process::id() && idle.1.len() < IDLE_KEPT {
         idle.1.push(helper);
     } // else dropped: its thread ends with its job channel.

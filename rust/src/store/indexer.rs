@@ -6,9 +6,11 @@
 //! later, after a growing pause; the work itself is durable, so a failure
 //! only delays it and never reaches the callers whose commits left it.
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use super::{lock, relock};
 
 /// What one step left behind.
 pub enum Step {
@@ -37,14 +39,9 @@ pub struct Indexer {
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-fn relock<G>(r: std::result::Result<G, PoisonError<G>>) -> G {
-    // The flags are plain booleans: a panic cannot leave them half-set.
-    r.unwrap_or_else(PoisonError::into_inner)
-}
-
 impl Signal {
     fn flags(&self) -> MutexGuard<'_, Flags> {
-        relock(self.flags.lock())
+        lock(&self.flags)
     }
 
     /// Blocks until work is announced or, after a failure, the `retry` pause
@@ -119,7 +116,7 @@ impl Indexer {
     pub fn stop(&self) {
         self.signal.flags().stop = true;
         self.signal.changed.notify_one();
-        if let Some(thread) = relock(self.thread.lock()).take() {
+        if let Some(thread) = lock(&self.thread).take() {
             // A panicked step has nothing left to clean up: its transaction
             // was rolled back with the unwinding.
             let _ = thread.join();

@@ -14,9 +14,21 @@ mod tables;
 pub use sqlite::{Options, SqliteBackend};
 
 use std::path::Path;
+use std::sync::{LockResult, Mutex, MutexGuard, PoisonError};
 
 use crate::error::Result;
 use crate::model::{NewMessage, Table, Value};
+
+/// A lock result, taken even if another holder panicked: every lock here
+/// guards state that a panic cannot leave half-changed (SQLite rolls an
+/// open transaction back; flags, queues and lists change in single steps).
+fn relock<G>(result: LockResult<G>) -> G {
+    result.unwrap_or_else(PoisonError::into_inner)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    relock(mutex.lock())
+}
 
 /// One write, executed inside a transaction that may carry other callers'
 /// writes too (group commit). Each write succeeds or fails on its own.

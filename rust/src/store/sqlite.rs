@@ -8,7 +8,7 @@ use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, TryLockError};
+use std::sync::{Arc, Mutex, TryLockError};
 use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Statement};
@@ -17,7 +17,7 @@ use super::group_commit::GroupCommit;
 use super::indexer::{Indexer, Step};
 use super::search_index::{IndexPlan, BACKGROUND_CHUNK_ROWS, CATCH_UP_CHUNK_ROWS};
 use super::tables;
-use super::{Backend, Page, WriteOp, WriteOut};
+use super::{lock, Backend, Page, WriteOp, WriteOut};
 use crate::error::{Error, Result, StorageKind};
 use crate::model::{NewMessage, Table, Value, CONVERSATION_COLUMNS, MESSAGE_COLUMNS};
 use crate::schema::{self, Synchronous};
@@ -176,10 +176,6 @@ impl<T> At<T> for rusqlite::Result<T> {
     fn at(self, path: &Path) -> Result<T> {
         self.map_err(|e| Error::sqlite(path, e))
     }
-}
-
-fn lock<G>(m: &Mutex<G>) -> std::sync::MutexGuard<'_, G> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl SqliteBackend {
