@@ -31,7 +31,8 @@ pub fn text<'py>(py: Python<'py>, bytes: &[u8]) -> Bound<'py, PyString> {
 /// UTF-8 as a Python string, validated once, by Python, as it decodes;
 /// `errors` is a Python error handler ("strict", "replace").
 pub fn utf8<'py>(py: Python<'py>, bytes: &[u8], errors: &CStr) -> PyResult<Bound<'py, PyString>> {
-    if bytes.is_ascii() {
+    // OR of every byte, which vectorizes (`is_ascii` goes a word at a time).
+    if bytes.iter().fold(0u8, |seen, &b| seen | b) < 0x80 {
         return ascii(py, bytes);
     }
     // SAFETY: the GIL is held; the pointer and length describe `bytes`.
