@@ -28,8 +28,9 @@ pub fn text<'py>(py: Python<'py>, bytes: &[u8]) -> Bound<'py, PyString> {
         .unwrap_or_else(|_| PyString::new(py, &String::from_utf8_lossy(bytes)))
 }
 
-/// UTF-8 as a Python string, validated once, by Python, as it decodes;
-/// `errors` is a Python error handler ("strict", "replace").
+/// UTF-8 as a Python string: ASCII is copied in as it is, anything else is
+/// validated once, by Python, as it decodes; `errors` is a Python error
+/// handler ("strict", "replace").
 pub fn utf8<'py>(py: Python<'py>, bytes: &[u8], errors: &CStr) -> PyResult<Bound<'py, PyString>> {
     // OR of every byte, which vectorizes (`is_ascii` goes a word at a time).
     if bytes.iter().fold(0u8, |seen, &b| seen | b) < 0x80 {
