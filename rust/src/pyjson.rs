@@ -2,7 +2,7 @@
 //! transcript (`tool_calls`, reasoning details, content parts).
 //!
 //! Written for loads: a string without escapes goes from the document
-//! straight into a Python `str` (see [`decode::utf8`]);
+//! straight into a Python `str` (see `decode::utf8`);
 //! escaped ones are unescaped into one reused buffer; the keys of a tool call
 //! are interned. It accepts exactly RFC 8259 JSON, nested at most
 //! [`MAX_DEPTH`] deep; anything else is [`Malformed`] and the caller keeps the
