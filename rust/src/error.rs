@@ -1,9 +1,9 @@
 //! The one error type of the core, and its single mapping to Python exceptions.
 //!
 //! Every fallible operation returns [`Error`]. Each source of failure gets a
-//! `From` conversion here, and [`Error::into_pyerr`]-style mapping happens in
-//! one `From<Error> for PyErr`, so the Python hierarchy in `hermes.errors`
-//! stays consistent with what Rust can report.
+//! `From` conversion here, and the mapping to Python happens in one
+//! `From<Error> for PyErr`, so the Python hierarchy in `hermes.errors` stays
+//! consistent with what Rust can report.
 
 use std::path::{Path, PathBuf};
 
