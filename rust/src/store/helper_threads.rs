@@ -1,7 +1,9 @@
 //! Reusable threads for work that borrows from the caller's stack, as a
 //! scoped thread does, without starting a thread each time: on a virtual
 //! machine a new thread ran ~70 µs after it was spawned, most of the time a
-//! short load takes. An idle helper wakes in a few microseconds.
+//! short load takes. A helper used moments ago wakes in a few microseconds;
+//! one idle for 10 ms or more wakes on a cold CPU and can take tens of
+//! microseconds, about what its read-ahead saves then.
 //!
 //! Helpers are started when none is idle and kept (up to [`IDLE_KEPT`]) for
 //! the next job. A forked child starts its own: its parent's helpers did not
