@@ -49,7 +49,7 @@ pub fn utf8<'py>(py: Python<'py>, bytes: &[u8], errors: &CStr) -> PyResult<Bound
 
 /// ASCII as a Python string, copied straight into a new one: the UTF-8
 /// decoder scans and copies it word by word (~7% of a transcript load).
-fn ascii<'py>(py: Python<'py>, bytes: &[u8]) -> PyResult<Bound<'py, PyString>> {
+pub fn ascii<'py>(py: Python<'py>, bytes: &[u8]) -> PyResult<Bound<'py, PyString>> {
     debug_assert!(bytes.is_ascii());
     // SAFETY: the GIL is held. `PyUnicode_New(n, 127)` returns a compact
     // ASCII string with room for `n` bytes, which are filled here before

@@ -1,10 +1,10 @@
 //! JSON text → Python objects in one pass, for the JSON columns of a
 //! transcript (`tool_calls`, reasoning details, content parts).
 //!
-//! Written for loads: a string without escapes goes from the document
-//! straight into a Python `str` (see `decode::utf8`);
-//! escaped ones are unescaped into one reused buffer; the keys of a tool call
-//! are interned. It accepts exactly RFC 8259 JSON, nested at most
+//! Written for loads: one SSE2 pass finds where a string ends and whether it
+//! is ASCII, and a string without escapes goes from the document straight
+//! into a Python `str` (see `decode::utf8`); escaped ones are unescaped into
+//! a buffer reused across documents; the keys of a tool call are interned. It accepts exactly RFC 8259 JSON, nested at most
 //! [`MAX_DEPTH`] deep; anything else is [`Malformed`] and the caller keeps the
 //! text as it is.
 
@@ -28,15 +28,22 @@ pub fn parse<'py>(py: Python<'py>, doc: &[u8]) -> Result<Bound<'py, PyAny>, Malf
         py,
         doc,
         at: 0,
-        scratch: Vec::new(),
+        scratch: SCRATCH.take(),
     };
-    let value = parser.value(0)?;
+    let value = parser.value(0);
     parser.skip_whitespace();
-    if parser.at == doc.len() {
-        Ok(value)
-    } else {
-        Err(Malformed)
+    let whole = parser.at == doc.len();
+    SCRATCH.set(std::mem::take(&mut parser.scratch));
+    match value {
+        Ok(value) if whole => Ok(value),
+        _ => Err(Malformed),
     }
+}
+
+thread_local! {
+    /// The unescaping buffer, kept from one document to the next: a load
+    /// parses one per tool-calling message.
+    static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 struct Parser<'py, 'a> {
@@ -152,44 +159,44 @@ impl<'py> Parser<'py, '_> {
     /// A string at `self.at` (its opening quote).
     fn string(&mut self) -> Result<Bound<'py, PyString>, Malformed> {
         let start = self.at + 1;
-        let rest = &self.doc[start..];
-        let end = memchr::memchr2(b'"', b'\\', rest).ok_or(Malformed)?;
-        if rest[end] == b'"' {
-            self.at = start + end + 1;
-            return if has_control(&rest[..end]) {
-                Err(Malformed)
-            } else {
-                self.text(&rest[..end])
-            };
+        let run = plain_run(&self.doc[start..]);
+        let mut at = start + run.len;
+        match self.doc.get(at) {
+            Some(b'"') => {
+                self.at = at + 1;
+                return self.text(&self.doc[start..at], run.ascii);
+            }
+            Some(b'\\') => {}
+            _ => return Err(Malformed), // a control character, or no closing quote
         }
-        // Escaped: unescape into the scratch buffer, one plain run at a time.
+        // Escaped: unescaped into the scratch buffer, a plain run at a time.
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        let mut at = start;
+        scratch.extend_from_slice(&self.doc[start..at]);
         let result = loop {
-            let Some(run) = memchr::memchr2(b'"', b'\\', &self.doc[at..]) else {
+            // `at` is on a backslash.
+            let Some(next) = unescape(self.doc, at + 1, &mut scratch) else {
                 break Err(Malformed);
             };
-            if has_control(&self.doc[at..at + run]) {
-                break Err(Malformed);
-            }
-            scratch.extend_from_slice(&self.doc[at..at + run]);
-            at += run;
-            if self.doc[at] == b'"' {
-                self.at = at + 1;
-                break self.text(&scratch);
-            }
-            match unescape(self.doc, at + 1, &mut scratch) {
-                Some(next) => at = next,
-                None => break Err(Malformed),
+            let run = plain_run(&self.doc[next..]);
+            at = next + run.len;
+            scratch.extend_from_slice(&self.doc[next..at]);
+            match self.doc.get(at) {
+                Some(b'"') => {
+                    self.at = at + 1;
+                    break self.text(&scratch, scratch.is_ascii());
+                }
+                Some(b'\\') => {}
+                _ => break Err(Malformed),
             }
         };
         self.scratch = scratch;
         result
     }
 
-    /// A Python string of (unescaped) string content.
-    fn text(&self, bytes: &[u8]) -> Result<Bound<'py, PyString>, Malformed> {
+    /// A Python string of (unescaped) string content; `ascii` if it is known
+    /// to be ASCII.
+    fn text(&self, bytes: &[u8], ascii: bool) -> Result<Bound<'py, PyString>, Malformed> {
         let py = self.py;
         // The keys of a tool call (and its `type` value): one object each.
         let common = match bytes {
@@ -198,6 +205,7 @@ impl<'py> Parser<'py, '_> {
             b"function" => intern!(py, "function"),
             b"name" => intern!(py, "name"),
             b"arguments" => intern!(py, "arguments"),
+            _ if ascii => return decode::ascii(py, bytes).map_err(|_| Malformed),
             // Invalid UTF-8 is malformed JSON (its Python error is dropped).
             _ => return decode::utf8(py, bytes, c"strict").map_err(|_| Malformed),
         };
@@ -253,10 +261,67 @@ impl<'py> Parser<'py, '_> {
     }
 }
 
-/// Whether a run of raw string content holds a control character, which
-/// JSON allows only escaped. (No early exit: the loop vectorizes.)
-fn has_control(run: &[u8]) -> bool {
-    run.iter().fold(false, |found, &b| found | (b < 0x20))
+/// The plain content at the start of a string's remainder `s`.
+struct Run {
+    /// Bytes before the first `"`, `\\` or control character (all of `s`
+    /// if there is none).
+    len: usize,
+    /// Whether those bytes are all ASCII.
+    ascii: bool,
+}
+
+/// Scans `s` for the end of its plain run: 16 bytes a step with SSE2 (part
+/// of every x86_64), noting non-ASCII bytes on the way; byte by byte elsewhere
+/// and for the tail.
+fn plain_run(s: &[u8]) -> Run {
+    let mut at = 0;
+    let mut high = 0u8;
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::*;
+        // SAFETY: SSE2 is always present on x86_64; every load reads 16
+        // bytes that lie inside `s`.
+        unsafe {
+            let quote = _mm_set1_epi8(b'"' as i8);
+            let backslash = _mm_set1_epi8(b'\\' as i8);
+            let last_control = _mm_set1_epi8(0x1f);
+            let mut high_bits = 0;
+            while at + 16 <= s.len() {
+                let v = _mm_loadu_si128(s.as_ptr().add(at).cast());
+                let special = _mm_or_si128(
+                    _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                    // b <= 0x1f, unsigned: min(b, 0x1f) == b
+                    _mm_cmpeq_epi8(_mm_min_epu8(v, last_control), v),
+                );
+                let stops = _mm_movemask_epi8(special);
+                let highs = _mm_movemask_epi8(v);
+                if stops != 0 {
+                    let len = stops.trailing_zeros();
+                    let before = highs & ((1 << len) - 1);
+                    return Run {
+                        len: at + len as usize,
+                        ascii: (high_bits | before) == 0,
+                    };
+                }
+                high_bits |= highs;
+                at += 16;
+            }
+            if high_bits != 0 {
+                high = 0x80;
+            }
+        }
+    }
+    for &b in &s[at..] {
+        if b == b'"' || b == b'\\' || b < 0x20 {
+            break;
+        }
+        high |= b;
+        at += 1;
+    }
+    Run {
+        len: at,
+        ascii: high < 0x80,
+    }
 }
 
 /// A finite float; one too large for a double is refused (as serde_json does).
@@ -317,4 +382,43 @@ fn hex4(doc: &[u8], at: usize) -> Option<u32> {
         return None;
     }
     u32::from_str_radix(digits, 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `plain_run` by definition, a byte at a time.
+    fn expected(s: &[u8]) -> (usize, bool) {
+        let len = s
+            .iter()
+            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+            .unwrap_or(s.len());
+        (len, s[..len].is_ascii())
+    }
+
+    #[test]
+    fn plain_run_stops_where_a_bytewise_scan_does() {
+        // Every stop byte and a non-ASCII byte at every position, on both
+        // sides of the 16-byte steps and of the tail.
+        for size in 0usize..50 {
+            for stop in [b'"', b'\\', 0x00, 0x1f, b' '] {
+                for stop_at in 0..=size {
+                    // A non-ASCII byte before the stop, or just after it
+                    // (which must not count).
+                    let highs = [0, stop_at.wrapping_sub(1), stop_at + 1, size.wrapping_sub(1)];
+                    for high_at in highs.map(Some).into_iter().chain([None]) {
+                        let mut s = vec![b'a'; size + 1];
+                        s[stop_at] = stop;
+                        if let Some(h) = high_at.filter(|&h| h < size && h != stop_at) {
+                            s[h] = 0xc3;
+                        }
+                        let s = &s[..size];
+                        let run = plain_run(s);
+                        assert_eq!((run.len, run.ascii), expected(s), "{s:?}");
+                    }
+                }
+            }
+        }
+    }
 }
