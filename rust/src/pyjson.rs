@@ -406,7 +406,12 @@ mod tests {
                 for stop_at in 0..=size {
                     // A non-ASCII byte before the stop, or just after it
                     // (which must not count).
-                    let highs = [0, stop_at.wrapping_sub(1), stop_at + 1, size.wrapping_sub(1)];
+                    let highs = [
+                        0,
+                        stop_at.wrapping_sub(1),
+                        stop_at + 1,
+                        size.wrapping_sub(1),
+                    ];
                     for high_at in highs.map(Some).into_iter().chain([None]) {
                         let mut s = vec![b'a'; size + 1];
                         s[stop_at] = stop;

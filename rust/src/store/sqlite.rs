@@ -917,10 +917,7 @@ impl Backend for SqliteBackend {
     }
 
     fn session(&self, id: &str) -> Result<Table> {
-        self.read(|c| {
-            let mut stmt = c.prepare_cached("SELECT * FROM sessions WHERE id = ?1")?;
-            tables::all(&mut stmt, [id])
-        })
+        self.read(|c| tables::all(c, "SELECT * FROM sessions WHERE id = ?1", [id]))
     }
 
     fn message_count(&self, id: &str) -> Result<Option<i64>> {
@@ -955,8 +952,8 @@ impl Backend for SqliteBackend {
 
     fn messages(&self, session_id: &str, include_inactive: bool) -> Result<Table> {
         self.read(|c| {
-            let mut stmt = c.prepare_cached(&messages_sql(MESSAGE_COLUMNS, include_inactive))?;
-            tables::all(&mut stmt, [session_id])
+            let sql = messages_sql(MESSAGE_COLUMNS, include_inactive);
+            tables::all(c, &sql, [session_id])
         })
     }
 
@@ -968,18 +965,18 @@ impl Backend for SqliteBackend {
     ) -> Result<()> {
         self.read(|c| {
             let sql = messages_sql(CONVERSATION_COLUMNS, include_inactive);
-            let mut stmt = c.prepare_cached(&sql)?;
-            tables::read_ahead(&mut stmt, [session_id], sink)
+            tables::read_ahead(c, &sql, [session_id], sink)
         })
     }
 
     fn list_sessions(&self, page: &Page) -> Result<Table> {
         self.read(|c| {
-            let mut stmt = c.prepare_cached(
+            tables::all(
+                c,
                 "SELECT * FROM sessions WHERE (?1 IS NULL OR source = ?1)
                  ORDER BY started_at DESC, id DESC LIMIT ?2 OFFSET ?3",
-            )?;
-            tables::all(&mut stmt, params![page.source, page.limit, page.offset])
+                params![page.source, page.limit, page.offset],
+            )
         })
     }
 
@@ -992,7 +989,8 @@ impl Backend for SqliteBackend {
             let _ = self.index_pending_up_to(up_to);
         }
         let out = self.read_raw(|c| {
-            let mut stmt = c.prepare_cached(
+            tables::all(
+                c,
                 "SELECT m.id, m.session_id, m.role, m.content, m.tool_name, m.timestamp,
                         s.source, s.title,
                         snippet(messages_fts, 0, '>>>', '<<<', '...', 12) AS snippet
@@ -1003,9 +1001,6 @@ impl Backend for SqliteBackend {
                    AND (?2 IS NULL OR s.source = ?2)
                    AND (?3 IS NULL OR m.session_id = ?3)
                  ORDER BY rank LIMIT ?4 OFFSET ?5",
-            )?;
-            tables::all(
-                &mut stmt,
                 params![query, page.source, page.session_id, page.limit, page.offset],
             )
         });

@@ -2,14 +2,15 @@
 //! Python objects after the SQL ran (the GIL released meanwhile). A long
 //! result is handed over table by table while a helper thread reads ahead.
 
+use std::ffi::{c_int, CStr};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rusqlite::{Rows, Statement};
+use rusqlite::{ffi, Connection, Rows, Statement};
 
 use super::helper_threads;
-use crate::model::Table;
+use crate::model::{Table, ValueRef};
 
 /// Rows read on the calling thread before a helper takes over the rest:
 /// a result this short is read and handed over with no thread started.
@@ -28,25 +29,29 @@ const TABLES_AHEAD: usize = 16;
 /// yielding, not spinning: the helper may have been placed on its core.
 const POLL_FOR_TABLE: Duration = Duration::from_micros(100);
 
-/// All rows of a query in one table.
-pub fn all(stmt: &mut Statement<'_>, params: impl rusqlite::Params) -> rusqlite::Result<Table> {
-    let mut table = Table::new(column_names(stmt));
-    fill(&mut stmt.query(params)?, &mut table, usize::MAX)?;
+/// All rows of `sql` in one table.
+pub fn all(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<Table> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let mut table = Table::new(column_names(&stmt));
+    let mut rows = RawRows::query(conn, sql, &mut stmt, params)?;
+    rows.fill(&mut table, usize::MAX)?;
     Ok(table)
 }
 
-/// The rows of a query handed to `sink` in tables, in order, all on the
+/// The rows of `sql` handed to `sink` in tables, in order, all on the
 /// calling thread: first up to [`FIRST_TABLE_ROWS`], read here; if more
 /// follow, a helper thread reads them while `sink` takes the tables read
 /// so far. Reading stops, without error, when `sink` returns false.
 pub fn read_ahead(
-    stmt: &mut Statement<'_>,
+    conn: &Connection,
+    sql: &str,
     params: impl rusqlite::Params,
     sink: &mut dyn FnMut(Table) -> bool,
 ) -> rusqlite::Result<()> {
-    let mut first = Table::new(column_names(stmt));
-    let mut rows = stmt.query(params)?;
-    if !fill(&mut rows, &mut first, FIRST_TABLE_ROWS)? || !fill(&mut rows, &mut first, 1)? {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let mut first = Table::new(column_names(&stmt));
+    let mut rows = RawRows::query(conn, sql, &mut stmt, params)?;
+    if !rows.fill(&mut first, FIRST_TABLE_ROWS)? || !rows.fill(&mut first, 1)? {
         // All of it (the second fill looked for one row past the first table).
         sink(first);
         return Ok(());
@@ -58,7 +63,7 @@ pub fn read_ahead(
         let mut rows = rows.into_inner();
         let mut table = second;
         loop {
-            let more = fill(&mut rows, &mut table, TABLE_ROWS)?;
+            let more = rows.fill(&mut table, TABLE_ROWS)?;
             let next = table.sized_like();
             let sent = table.row_count() == 0 || tables.send(table).is_ok();
             if !sent || !more {
@@ -84,18 +89,101 @@ fn column_names(stmt: &Statement<'_>) -> Arc<[String]> {
     stmt.column_names().map(String::from).collect()
 }
 
-/// Moves up to `limit` rows into `table`; false if the rows ran out first.
-fn fill(rows: &mut Rows<'_>, table: &mut Table, limit: usize) -> rusqlite::Result<bool> {
-    let width = table.columns.len();
-    for _ in 0..limit {
-        let Some(row) = rows.next()? else {
-            return Ok(false);
-        };
-        for i in 0..width {
-            table.push(row.get_ref(i)?);
-        }
+/// A running query whose cells are copied out through SQLite's C API.
+///
+/// rusqlite steps the rows; the copying bypasses its per-cell checks and
+/// conversions, which cost about as much as SQLite's own work on a row.
+/// rusqlite does not give out a statement's handle, so it is looked up among
+/// the connection's statements once the first row is out: the one running
+/// `sql`. A connection runs one query at a time here, so that one is ours.
+struct RawRows<'stmt> {
+    rows: Rows<'stmt>,
+    db: *mut ffi::sqlite3,
+    sql: &'stmt str,
+    handle: *mut ffi::sqlite3_stmt,
+}
+
+impl<'stmt> RawRows<'stmt> {
+    fn query(
+        conn: &Connection,
+        sql: &'stmt str,
+        stmt: &'stmt mut Statement<'_>,
+        params: impl rusqlite::Params,
+    ) -> rusqlite::Result<Self> {
+        Ok(RawRows {
+            rows: stmt.query(params)?,
+            // SAFETY: used only while `rows` borrows a statement of `conn`,
+            // which keeps the connection open.
+            db: unsafe { conn.handle() },
+            sql,
+            handle: std::ptr::null_mut(),
+        })
     }
-    Ok(true)
+
+    /// Moves up to `limit` rows into `table`; false if the rows ran out first.
+    fn fill(&mut self, table: &mut Table, limit: usize) -> rusqlite::Result<bool> {
+        let width = table.columns.len() as c_int;
+        for _ in 0..limit {
+            if self.rows.next()?.is_none() {
+                return Ok(false);
+            }
+            if self.handle.is_null() {
+                self.handle = self.find_handle();
+            }
+            for column in 0..width {
+                // SAFETY: the statement has just returned a row of `width`
+                // columns; the cell is copied before the next step.
+                table.push(unsafe { cell(self.handle, column) });
+            }
+        }
+        Ok(true)
+    }
+
+    /// The statement of the connection that is running `sql`.
+    fn find_handle(&self) -> *mut ffi::sqlite3_stmt {
+        // SAFETY: the connection is open and used by this thread alone.
+        // `sqlite3_sql` is a NUL-terminated string, or NULL for a statement
+        // that kept no SQL (SQLite's own, FTS5's).
+        unsafe {
+            let mut stmt = ffi::sqlite3_next_stmt(self.db, std::ptr::null_mut());
+            while !stmt.is_null() {
+                let sql = ffi::sqlite3_sql(stmt);
+                if !sql.is_null()
+                    && ffi::sqlite3_stmt_busy(stmt) != 0
+                    && CStr::from_ptr(sql).to_bytes() == self.sql.as_bytes()
+                {
+                    return stmt;
+                }
+                stmt = ffi::sqlite3_next_stmt(self.db, stmt);
+            }
+        }
+        // rusqlite prepared `sql` on this connection and stepped it to a row.
+        unreachable!("the running statement is among its connection's statements")
+    }
+}
+
+/// Column `column` of the row that `stmt` has just returned.
+///
+/// # Safety
+/// `stmt` has just returned `SQLITE_ROW` and has more than `column` columns.
+/// The value borrows the statement's memory, valid until its next step.
+unsafe fn cell<'a>(stmt: *mut ffi::sqlite3_stmt, column: c_int) -> ValueRef<'a> {
+    // The length is asked for after the pointer, as SQLite documents.
+    let bytes = |data: *const std::ffi::c_void| {
+        let len = ffi::sqlite3_column_bytes(stmt, column);
+        if data.is_null() || len <= 0 {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(data.cast::<u8>(), len as usize)
+        }
+    };
+    match ffi::sqlite3_column_type(stmt, column) {
+        ffi::SQLITE_INTEGER => ValueRef::Integer(ffi::sqlite3_column_int64(stmt, column)),
+        ffi::SQLITE_FLOAT => ValueRef::Real(ffi::sqlite3_column_double(stmt, column)),
+        ffi::SQLITE_TEXT => ValueRef::Text(bytes(ffi::sqlite3_column_text(stmt, column).cast())),
+        ffi::SQLITE_BLOB => ValueRef::Blob(bytes(ffi::sqlite3_column_blob(stmt, column))),
+        _ => ValueRef::Null,
+    }
 }
 
 /// The helper's next table; None once it is done (or failed).
@@ -146,9 +234,8 @@ mod tests {
     }
 
     fn read(conn: &Connection, stop_after: usize) -> (Vec<i64>, usize) {
-        let mut stmt = conn.prepare("SELECT n, s FROM t ORDER BY n").unwrap();
         let (mut seen, mut tables) = (Vec::new(), 0);
-        read_ahead(&mut stmt, [], &mut |table| {
+        read_ahead(conn, "SELECT n, s FROM t ORDER BY n", [], &mut |table| {
             tables += 1;
             for row in table.rows() {
                 let (n, s) = (row.get(0), row.get(1));
