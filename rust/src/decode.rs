@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 use pyo3::{intern, IntoPyObjectExt};
 
-use crate::model::{conv, RowRef, ValueRef};
+use crate::model::{all_ascii, conv, RowRef, Text, ValueRef};
 use crate::pyjson::{self, Malformed};
 use crate::schema::CONTENT_JSON_PREFIX;
 
@@ -32,8 +32,7 @@ pub fn text<'py>(py: Python<'py>, bytes: &[u8]) -> Bound<'py, PyString> {
 /// validated once, by Python, as it decodes; `errors` is a Python error
 /// handler ("strict", "replace").
 pub fn utf8<'py>(py: Python<'py>, bytes: &[u8], errors: &CStr) -> PyResult<Bound<'py, PyString>> {
-    // OR of every byte, which vectorizes (`is_ascii` goes a word at a time).
-    if bytes.iter().fold(0u8, |seen, &b| seen | b) < 0x80 {
+    if all_ascii(bytes) {
         return ascii(py, bytes);
     }
     // SAFETY: the GIL is held; the pointer and length describe `bytes`.
@@ -72,6 +71,16 @@ pub fn json<'py>(py: Python<'py>, doc: &[u8]) -> PyResult<Bound<'py, PyAny>> {
     }
 }
 
+/// Text read from a [`crate::model::Table`], which knows if it is ASCII.
+fn stored_text<'py>(py: Python<'py>, t: Text<'_>) -> Bound<'py, PyString> {
+    if t.ascii {
+        if let Ok(s) = ascii(py, t.bytes) {
+            return s;
+        }
+    }
+    text(py, t.bytes)
+}
+
 /// `messages.content` back to what was stored: prefixed JSON becomes the
 /// list (or dict) of parts again.
 pub fn content<'py>(py: Python<'py>, v: ValueRef<'_>) -> PyResult<Bound<'py, PyAny>> {
@@ -81,6 +90,16 @@ pub fn content<'py>(py: Python<'py>, v: ValueRef<'_>) -> PyResult<Bound<'py, PyA
         }
     }
     value(py, v)
+}
+
+/// Column `index` of `r` as [`content`] decodes it.
+fn content_at<'py>(py: Python<'py>, r: RowRef<'_>, index: usize) -> PyResult<Bound<'py, PyAny>> {
+    match r.text(index) {
+        Some(t) if !t.bytes.starts_with(CONTENT_JSON_PREFIX.as_bytes()) => {
+            Ok(stored_text(py, t).into_any())
+        }
+        _ => content(py, r.get(index)),
+    }
 }
 
 /// Every column of a row, as stored.
@@ -117,11 +136,11 @@ pub fn message_row<'py>(py: Python<'py>, r: RowRef<'_>) -> PyResult<Bound<'py, P
 /// optional field only when it has a value.
 pub fn conversation_message<'py>(py: Python<'py>, r: RowRef<'_>) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
-    let role = r.text(conv::ROLE).unwrap_or_default();
+    let role = r.text(conv::ROLE).map_or(&b""[..], |t| t.bytes);
     dict.set_item(intern!(py, "role"), role_string(py, role))?;
-    dict.set_item(intern!(py, "content"), content(py, r.get(conv::CONTENT))?)?;
+    dict.set_item(intern!(py, "content"), content_at(py, r, conv::CONTENT)?)?;
     if let Some(s) = r.text(conv::API_CONTENT) {
-        dict.set_item(intern!(py, "api_content"), text(py, s))?;
+        dict.set_item(intern!(py, "api_content"), stored_text(py, s))?;
     }
     match r.get(conv::TIMESTAMP) {
         ValueRef::Real(t) if t != 0.0 => dict.set_item(intern!(py, "timestamp"), t)?,
@@ -135,14 +154,14 @@ pub fn conversation_message<'py>(py: Python<'py>, r: RowRef<'_>) -> PyResult<Bou
     ];
     for (key, index) in optional {
         if let Some(s) = r.text(index) {
-            dict.set_item(key, text(py, s))?;
+            dict.set_item(key, stored_text(py, s))?;
         }
     }
     if let Some(s) = r.text(conv::TOOL_CALLS) {
-        dict.set_item(intern!(py, "tool_calls"), json(py, s)?)?;
+        dict.set_item(intern!(py, "tool_calls"), json(py, s.bytes)?)?;
     }
     if let Some(s) = r.text(conv::PLATFORM_MESSAGE_ID) {
-        dict.set_item(intern!(py, "message_id"), text(py, s))?;
+        dict.set_item(intern!(py, "message_id"), stored_text(py, s))?;
     }
     if matches!(r.get(conv::OBSERVED), ValueRef::Integer(n) if n != 0) {
         dict.set_item(intern!(py, "observed"), true)?;
@@ -153,7 +172,7 @@ pub fn conversation_message<'py>(py: Python<'py>, r: RowRef<'_>) -> PyResult<Bou
             (intern!(py, "reasoning"), conv::REASONING),
         ] {
             if let Some(s) = r.text(index) {
-                dict.set_item(key, text(py, s))?;
+                dict.set_item(key, stored_text(py, s))?;
             }
         }
         if let ValueRef::Text(t) = r.get(conv::REASONING_CONTENT) {
@@ -171,7 +190,7 @@ pub fn conversation_message<'py>(py: Python<'py>, r: RowRef<'_>) -> PyResult<Bou
             ),
         ] {
             if let Some(s) = r.text(index) {
-                dict.set_item(key, json(py, s)?)?;
+                dict.set_item(key, json(py, s.bytes)?)?;
             }
         }
     }

@@ -58,14 +58,28 @@ impl NewMessage {
 }
 
 /// One cell of a [`Table`]: scalars inline, text and blobs as ranges of the
-/// table's byte arena.
+/// table's byte arena. Text notes whether it is ASCII, found out by the
+/// thread that reads the rows rather than the one converting them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Cell {
     Null,
     Integer(i64),
     Real(f64),
-    Text(u32, u32),
+    Text { start: u32, len: u32, ascii: bool },
     Blob(u32, u32),
+}
+
+/// Stored text and whether it is all ASCII.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Text<'a> {
+    pub bytes: &'a [u8],
+    pub ascii: bool,
+}
+
+/// Whether `bytes` are all ASCII: an OR of every byte, which vectorizes
+/// (`is_ascii` goes a word at a time).
+pub fn all_ascii(bytes: &[u8]) -> bool {
+    bytes.iter().fold(0u8, |seen, &b| seen | b) < 0x80
 }
 
 /// The rows of one query, read without the GIL.
@@ -111,7 +125,11 @@ impl Table {
             ValueRef::Real(x) => Cell::Real(x),
             ValueRef::Text(t) => {
                 let (start, len) = self.store(t);
-                Cell::Text(start, len)
+                Cell::Text {
+                    start,
+                    len,
+                    ascii: all_ascii(t),
+                }
             }
             ValueRef::Blob(b) => {
                 let (start, len) = self.store(b);
@@ -181,15 +199,18 @@ impl<'a> RowRef<'a> {
             Cell::Null => ValueRef::Null,
             Cell::Integer(n) => ValueRef::Integer(n),
             Cell::Real(x) => ValueRef::Real(x),
-            Cell::Text(start, len) => ValueRef::Text(bytes(start, len)),
+            Cell::Text { start, len, .. } => ValueRef::Text(bytes(start, len)),
             Cell::Blob(start, len) => ValueRef::Blob(bytes(start, len)),
         }
     }
 
     /// Non-empty text at `index`, as stored (UTF-8 unless a writer lied).
-    pub fn text(&self, index: usize) -> Option<&'a [u8]> {
-        match self.get(index) {
-            ValueRef::Text(t) if !t.is_empty() => Some(t),
+    pub fn text(&self, index: usize) -> Option<Text<'a>> {
+        match self.cells[index] {
+            Cell::Text { start, len, ascii } if len > 0 => Some(Text {
+                bytes: &self.table.bytes[start as usize..(start + len) as usize],
+                ascii,
+            }),
             _ => None,
         }
     }
