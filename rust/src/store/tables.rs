@@ -150,7 +150,7 @@ impl<'stmt> RawRows<'stmt> {
                 let sql = ffi::sqlite3_sql(stmt);
                 if !sql.is_null()
                     && ffi::sqlite3_stmt_busy(stmt) != 0
-                    && CStr::from_ptr(sql).to_bytes() == self.sql.as_bytes()
+                    && self.is_our_sql(CStr::from_ptr(sql).to_bytes())
                 {
                     return stmt;
                 }
@@ -159,6 +159,17 @@ impl<'stmt> RawRows<'stmt> {
         }
         // rusqlite prepared `sql` on this connection and stepped it to a row.
         unreachable!("the running statement is among its connection's statements")
+    }
+
+    /// Whether SQLite's copy of a statement's SQL is `self.sql`. The copy
+    /// is of what rusqlite's statement cache prepared, `self.sql` trimmed,
+    /// and ends at the statement's last token (a `;` after it not kept).
+    fn is_our_sql(&self, kept: &[u8]) -> bool {
+        self.sql
+            .trim()
+            .as_bytes()
+            .strip_prefix(kept.trim_ascii())
+            .is_some_and(|rest| rest.iter().all(|&b| b == b';' || b.is_ascii_whitespace()))
     }
 }
 
@@ -271,6 +282,17 @@ mod tests {
             assert_eq!(seen, (0..n).collect::<Vec<_>>(), "{n} rows");
             // A result that fits the first table starts no helper and comes in one table.
             assert_eq!(tables == 1, n <= first + 1, "{n} rows in {tables} tables");
+        }
+    }
+
+    #[test]
+    fn sql_with_trailing_blanks_or_a_semicolon_is_found_as_sqlite_keeps_it() {
+        let conn = numbers(10);
+        for sql in [
+            "SELECT n FROM t WHERE n < 3",
+            "  SELECT n FROM t WHERE n < 3 ;\n",
+        ] {
+            assert_eq!(all(&conn, sql, []).unwrap().row_count(), 3, "{sql:?}");
         }
     }
 
