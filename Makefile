@@ -3,7 +3,7 @@
 HERMES_PYTHON ?= python3
 PEERS_PYTHON  := benches/.peers/venv/bin/python
 
-.PHONY: peers bench bench-quick bench-report bench-scale interop
+.PHONY: peers bench bench-quick bench-report bench-compare bench-scale interop
 
 # The peers' own venv: hermes-agent 0.19.0, openai-agents, langgraph-checkpoint-sqlite, matplotlib.
 peers:
@@ -20,6 +20,15 @@ bench-quick: peers
 # Re-render BENCHMARKS.md and the plots from the latest full results file.
 bench-report:
 	$(PEERS_PYTHON) benches/report.py benches/results/latest.json
+
+# The stored runs side by side, operation by operation, with pytest-benchmark's own
+# compare (every run also writes benches/results/pytest-benchmark/<run>.json).
+# Narrow it with RUNS (relative to benches/results), e.g. RUNS="pytest-benchmark/*1b59709*.json".
+# (Run from benches/results: pytest-benchmark would otherwise load this project's pytest setup.)
+RUNS ?= pytest-benchmark/*.json
+bench-compare: peers
+	cd benches/results && $(abspath $(PEERS_PYTHON)) -m pytest_benchmark compare \
+		--group-by=group --sort=name --columns=median,iqr,min,max,rounds $(RUNS)
 
 # Search over 1M messages and a db growing to 100k sessions, ours vs hermes-agent
 # (~10 min; --quick: ~1 min): benches/results/scale.json, benches/plots/scale_vs_sessions.png.

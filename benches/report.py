@@ -142,6 +142,8 @@ class Report:
             "make interop      # the file-compatibility tests against the real hermes-agent 0.19.0",
             "make bench-scale  # search over 1M messages, 1 -> 100k sessions (~10 min): benches/results/scale.json",
             "python benches/report.py benches/results/<file>.json   # re-render a stored run",
+            "make bench-compare  # stored runs side by side (pytest-benchmark compare over",
+            "                    # benches/results/pytest-benchmark/*.json, one per run)",
             "```",
             "",
             "## Machine",

@@ -9,7 +9,9 @@
    (``benches/driver.py``; ours in this interpreter, the peers in the peer
    venv) and the floor binary, on fresh files in one scratch directory;
 4. writes ``benches/results/<utc>-<commit>[-quick].json`` (summaries, plus
-   down-sampled series for the plots) and ``benches/results/latest[-quick].json``;
+   down-sampled series for the plots) and ``benches/results/latest[-quick].json``,
+   and the same figures as pytest-benchmark JSON in
+   ``benches/results/pytest-benchmark/`` (``make bench-compare`` compares commits);
 5. renders the report (``benches/report.py``, in the peer venv, which has
    matplotlib): ``BENCHMARKS.md`` and ``benches/plots/*.png`` for a full run,
    ``benches/results/latest-quick.md`` for a quick one.
@@ -39,6 +41,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
+import pytest_benchmark_json  # noqa: E402
 import workload  # noqa: E402
 
 SYSTEMS = ["hermes", "upstream", "openai", "langgraph"]
@@ -96,16 +99,30 @@ def pct(samples: list[int], q: float) -> float:
 
 
 def summary(samples: list[int]) -> dict[str, float]:
+    """Percentiles and moments of nanosecond samples, in ms; the quartile and
+    outlier fields are those pytest-benchmark keeps (pytest_benchmark_json.py)."""
     if not samples:
         return {"n": 0}
+    n, mean = len(samples), sum(samples) / len(samples)
+    stddev = math.sqrt(sum((x - mean) ** 2 for x in samples) / (n - 1)) if n > 1 else 0.0
+    q1, q3 = pct(samples, 0.25), pct(samples, 0.75)
+    low, high = q1 - 1.5 * (q3 - q1), q3 + 1.5 * (q3 - q1)
     return {
-        "n": len(samples),
+        "n": n,
         "p50_ms": pct(samples, 0.50) / 1e6,
         "p90_ms": pct(samples, 0.90) / 1e6,
         "p99_ms": pct(samples, 0.99) / 1e6,
-        "mean_ms": sum(samples) / len(samples) / 1e6,
+        "mean_ms": mean / 1e6,
         "min_ms": min(samples) / 1e6,
         "max_ms": max(samples) / 1e6,
+        "stddev_ms": stddev / 1e6,
+        "q1_ms": q1 / 1e6,
+        "q3_ms": q3 / 1e6,
+        "ld15iqr_ms": min(x for x in samples if x >= low) / 1e6,
+        "hd15iqr_ms": max(x for x in samples if x <= high) / 1e6,
+        "iqr_outliers": sum(1 for x in samples if not low <= x <= high),
+        "stddev_outliers": sum(1 for x in samples if abs(x - mean) > stddev),
+        "total_ms": sum(samples) / 1e6,
     }
 
 
@@ -579,6 +596,7 @@ def main() -> int:
     suffix = "-quick" if args.quick else ""
     out = Path(args.out) if args.out else results / f"{stamp}-{doc['code']['commit']}{suffix}.json"
     out.write_text(json.dumps(doc, indent=1))
+    pytest_benchmark_json.write(doc, results / "pytest-benchmark" / out.name)
     partial = bool(args.workloads or args.out) or set(systems) != {*SYSTEMS, "floor"}
     if not partial:  # latest*.json always holds a complete run
         (results / f"latest{suffix}.json").write_text(json.dumps(doc, indent=1))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates (once) the peer venv used by the interop tests and the benchmarks:
 # hermes-agent 0.19.0, the OpenAI Agents SDK and LangGraph's SQLite
-# checkpointer, each pinned, plus matplotlib for the report's plots.
+# checkpointer, each pinned, plus matplotlib for the report's plots and
+# pytest-benchmark to compare stored runs.
 #
 # Idempotent: a stamp file records the requirement set; a second run with the
 # same set does nothing. Prints the venv's python on the last line.
@@ -21,12 +22,13 @@ requirements=(
     "openai-agents==0.10.5"   # newest compatible with hermes-agent's openai==2.24.0 pin
     "langgraph-checkpoint-sqlite==3.1.2"
     "matplotlib==3.11.2"
+    "pytest-benchmark==5.3.1"  # make bench-compare
 )
 stamp="$venv/.requirements"
 wanted="$(printf '%s\n' "${requirements[@]}")"
 
 if [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$wanted" ]] \
-   && "$venv/bin/python" -c "import hermes_state, run_agent, agents, langgraph.checkpoint.sqlite, matplotlib" 2>/dev/null; then
+   && "$venv/bin/python" -c "import hermes_state, run_agent, agents, langgraph.checkpoint.sqlite, matplotlib, pytest_benchmark" 2>/dev/null; then
     echo "peers: up to date in $venv" >&2
     echo "$venv/bin/python"
     exit 0
@@ -43,7 +45,7 @@ mkdir -p "$peers_dir"
 [[ -x "$venv/bin/python" ]] || "$base_python" -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${requirements[@]}"
-"$venv/bin/python" -c "import hermes_state, run_agent, agents, langgraph.checkpoint.sqlite, matplotlib"
+"$venv/bin/python" -c "import hermes_state, run_agent, agents, langgraph.checkpoint.sqlite, matplotlib, pytest_benchmark"
 printf '%s\n' "${requirements[@]}" > "$stamp"
 echo "peers: installed into $venv" >&2
 echo "$venv/bin/python"
