@@ -81,32 +81,31 @@ fn stored_text<'py>(py: Python<'py>, t: Text<'_>) -> Bound<'py, PyString> {
     text(py, t.bytes)
 }
 
-/// `messages.content` back to what was stored: prefixed JSON becomes the
-/// list (or dict) of parts again.
-pub fn content<'py>(py: Python<'py>, v: ValueRef<'_>) -> PyResult<Bound<'py, PyAny>> {
-    if let ValueRef::Text(t) = v {
-        if let Some(doc) = t.strip_prefix(CONTENT_JSON_PREFIX.as_bytes()) {
-            return json(py, doc);
-        }
+/// Column `index` of `r` as stored.
+fn cell<'py>(py: Python<'py>, r: RowRef<'_>, index: usize) -> PyResult<Bound<'py, PyAny>> {
+    match r.text(index) {
+        Some(t) => Ok(stored_text(py, t).into_any()),
+        None => value(py, r.get(index)),
     }
-    value(py, v)
 }
 
-/// Column `index` of `r` as [`content`] decodes it.
-fn content_at<'py>(py: Python<'py>, r: RowRef<'_>, index: usize) -> PyResult<Bound<'py, PyAny>> {
+/// `messages.content` (column `index` of `r`) back to what was stored:
+/// prefixed JSON becomes the list (or dict) of parts again.
+fn content<'py>(py: Python<'py>, r: RowRef<'_>, index: usize) -> PyResult<Bound<'py, PyAny>> {
     match r.text(index) {
-        Some(t) if !t.bytes.starts_with(CONTENT_JSON_PREFIX.as_bytes()) => {
-            Ok(stored_text(py, t).into_any())
-        }
-        _ => content(py, r.get(index)),
+        Some(t) => match t.bytes.strip_prefix(CONTENT_JSON_PREFIX.as_bytes()) {
+            Some(doc) => json(py, doc),
+            None => Ok(stored_text(py, t).into_any()),
+        },
+        None => value(py, r.get(index)),
     }
 }
 
 /// Every column of a row, as stored.
 pub fn row<'py>(py: Python<'py>, r: RowRef<'_>) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
-    for (name, v) in r.columns().iter().zip(r.values()) {
-        dict.set_item(name, value(py, v)?)?;
+    for (index, name) in r.columns().iter().enumerate() {
+        dict.set_item(name, cell(py, r, index)?)?;
     }
     Ok(dict)
 }
@@ -114,17 +113,17 @@ pub fn row<'py>(py: Python<'py>, r: RowRef<'_>) -> PyResult<Bound<'py, PyDict>> 
 /// A `messages` row with its structured columns decoded.
 pub fn message_row<'py>(py: Python<'py>, r: RowRef<'_>) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
-    for (name, v) in r.columns().iter().zip(r.values()) {
-        let decoded = match (name.as_str(), v) {
-            ("content", _) => content(py, v)?,
+    for (index, name) in r.columns().iter().enumerate() {
+        let decoded = match (name.as_str(), r.text(index)) {
+            ("content", _) => content(py, r, index)?,
             (
                 "tool_calls"
                 | "reasoning_details"
                 | "codex_reasoning_items"
                 | "codex_message_items",
-                ValueRef::Text(t),
-            ) => json(py, t)?,
-            _ => value(py, v)?,
+                Some(t),
+            ) => json(py, t.bytes)?,
+            _ => cell(py, r, index)?,
         };
         dict.set_item(name, decoded)?;
     }
@@ -138,7 +137,7 @@ pub fn conversation_message<'py>(py: Python<'py>, r: RowRef<'_>) -> PyResult<Bou
     let dict = PyDict::new(py);
     let role = r.text(conv::ROLE).map_or(&b""[..], |t| t.bytes);
     dict.set_item(intern!(py, "role"), role_string(py, role))?;
-    dict.set_item(intern!(py, "content"), content_at(py, r, conv::CONTENT)?)?;
+    dict.set_item(intern!(py, "content"), content(py, r, conv::CONTENT)?)?;
     if let Some(s) = r.text(conv::API_CONTENT) {
         dict.set_item(intern!(py, "api_content"), stored_text(py, s))?;
     }
@@ -175,8 +174,10 @@ pub fn conversation_message<'py>(py: Python<'py>, r: RowRef<'_>) -> PyResult<Bou
                 dict.set_item(key, stored_text(py, s))?;
             }
         }
-        if let ValueRef::Text(t) = r.get(conv::REASONING_CONTENT) {
-            dict.set_item(intern!(py, "reasoning_content"), text(py, t))?;
+        // Kept even when empty, as hermes-agent replays it.
+        if matches!(r.get(conv::REASONING_CONTENT), ValueRef::Text(_)) {
+            let reasoning = cell(py, r, conv::REASONING_CONTENT)?;
+            dict.set_item(intern!(py, "reasoning_content"), reasoning)?;
         }
         for (key, index) in [
             (intern!(py, "reasoning_details"), conv::REASONING_DETAILS),

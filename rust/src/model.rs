@@ -192,15 +192,17 @@ impl<'a> RowRef<'a> {
         &self.table.columns
     }
 
+    fn bytes(&self, start: u32, len: u32) -> &'a [u8] {
+        &self.table.bytes[start as usize..(start + len) as usize]
+    }
+
     pub fn get(&self, index: usize) -> ValueRef<'a> {
-        let bytes =
-            |start: u32, len: u32| &self.table.bytes[start as usize..(start + len) as usize];
         match self.cells[index] {
             Cell::Null => ValueRef::Null,
             Cell::Integer(n) => ValueRef::Integer(n),
             Cell::Real(x) => ValueRef::Real(x),
-            Cell::Text { start, len, .. } => ValueRef::Text(bytes(start, len)),
-            Cell::Blob(start, len) => ValueRef::Blob(bytes(start, len)),
+            Cell::Text { start, len, .. } => ValueRef::Text(self.bytes(start, len)),
+            Cell::Blob(start, len) => ValueRef::Blob(self.bytes(start, len)),
         }
     }
 
@@ -208,15 +210,11 @@ impl<'a> RowRef<'a> {
     pub fn text(&self, index: usize) -> Option<Text<'a>> {
         match self.cells[index] {
             Cell::Text { start, len, ascii } if len > 0 => Some(Text {
-                bytes: &self.table.bytes[start as usize..(start + len) as usize],
+                bytes: self.bytes(start, len),
                 ascii,
             }),
             _ => None,
         }
-    }
-
-    pub fn values(&self) -> impl Iterator<Item = ValueRef<'a>> + '_ {
-        (0..self.cells.len()).map(|i| self.get(i))
     }
 }
 

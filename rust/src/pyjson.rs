@@ -4,9 +4,9 @@
 //! Written for loads: one SSE2 pass finds where a string ends and whether it
 //! is ASCII, and a string without escapes goes from the document straight
 //! into a Python `str` (see `decode::utf8`); escaped ones are unescaped into
-//! a buffer reused across documents; the keys of a tool call are interned. It accepts exactly RFC 8259 JSON, nested at most
-//! [`MAX_DEPTH`] deep; anything else is [`Malformed`] and the caller keeps the
-//! text as it is.
+//! a buffer reused across documents; the keys of a tool call are interned.
+//! It accepts exactly RFC 8259 JSON, nested at most [`MAX_DEPTH`] deep;
+//! anything else is [`Malformed`] and the caller keeps the text as it is.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
@@ -184,7 +184,8 @@ impl<'py> Parser<'py, '_> {
             match self.doc.get(at) {
                 Some(b'"') => {
                     self.at = at + 1;
-                    break self.text(&scratch, scratch.is_ascii());
+                    // Not known to be ASCII: `decode::utf8` checks.
+                    break self.text(&scratch, false);
                 }
                 Some(b'\\') => {}
                 _ => break Err(Malformed),
