@@ -103,6 +103,7 @@ def summary(samples: list[int]) -> dict[str, float]:
     outlier fields are those pytest-benchmark keeps (pytest_benchmark_json.py)."""
     if not samples:
         return {"n": 0}
+    samples = sorted(samples)  # once: pct() then sorts a sorted list, in one pass
     n, mean = len(samples), sum(samples) / len(samples)
     stddev = math.sqrt(sum((x - mean) ** 2 for x in samples) / (n - 1)) if n > 1 else 0.0
     q1, q3 = pct(samples, 0.25), pct(samples, 0.75)
