@@ -160,7 +160,7 @@ impl<'py> Parser<'py, '_> {
     fn string(&mut self) -> Result<Bound<'py, PyString>, Malformed> {
         let start = self.at + 1;
         let run = plain_run(&self.doc[start..]);
-        let mut at = start + run.len;
+        let at = start + run.len;
         match self.doc.get(at) {
             Some(b'"') => {
                 self.at = at + 1;
@@ -169,27 +169,16 @@ impl<'py> Parser<'py, '_> {
             Some(b'\\') => {}
             _ => return Err(Malformed), // a control character, or no closing quote
         }
-        // Escaped: unescaped into the scratch buffer, a plain run at a time.
+        // Escaped: unescaped into the scratch buffer, kept across strings.
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         scratch.extend_from_slice(&self.doc[start..at]);
-        let result = loop {
-            // `at` is on a backslash.
-            let Some(next) = unescape(self.doc, at + 1, &mut scratch) else {
-                break Err(Malformed);
-            };
-            let run = plain_run(&self.doc[next..]);
-            at = next + run.len;
-            scratch.extend_from_slice(&self.doc[next..at]);
-            match self.doc.get(at) {
-                Some(b'"') => {
-                    self.at = at + 1;
-                    // Not known to be ASCII: `decode::utf8` checks.
-                    break self.text(&scratch, false);
-                }
-                Some(b'\\') => {}
-                _ => break Err(Malformed),
+        let result = match unescape_rest(self.doc, at, &mut scratch) {
+            Some((end, ascii)) => {
+                self.at = end + 1;
+                self.text(&scratch, run.ascii && ascii)
             }
+            None => Err(Malformed),
         };
         self.scratch = scratch;
         result
@@ -272,48 +261,35 @@ struct Run {
 }
 
 /// Scans `s` for the end of its plain run: 16 bytes a step with SSE2 (part
-/// of every x86_64), noting non-ASCII bytes on the way; byte by byte elsewhere
-/// and for the tail.
+/// of every x86_64), noting non-ASCII bytes on the way; byte by byte
+/// elsewhere and for the tail.
 fn plain_run(s: &[u8]) -> Run {
     let mut at = 0;
     let mut high = 0u8;
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::*;
-        // SAFETY: SSE2 is always present on x86_64; every load reads 16
-        // bytes that lie inside `s`.
-        unsafe {
-            let quote = _mm_set1_epi8(b'"' as i8);
-            let backslash = _mm_set1_epi8(b'\\' as i8);
-            let last_control = _mm_set1_epi8(0x1f);
-            let mut high_bits = 0;
-            while at + 16 <= s.len() {
-                let v = _mm_loadu_si128(s.as_ptr().add(at).cast());
-                let special = _mm_or_si128(
-                    _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
-                    // b <= 0x1f, unsigned: min(b, 0x1f) == b
-                    _mm_cmpeq_epi8(_mm_min_epu8(v, last_control), v),
-                );
-                let stops = _mm_movemask_epi8(special);
-                let highs = _mm_movemask_epi8(v);
-                if stops != 0 {
-                    let len = stops.trailing_zeros();
-                    let before = highs & ((1 << len) - 1);
-                    return Run {
-                        len: at + len as usize,
-                        ascii: (high_bits | before) == 0,
-                    };
-                }
-                high_bits |= highs;
-                at += 16;
+        let mut high_bits = 0;
+        while at + 16 <= s.len() {
+            // SAFETY: the 16 bytes lie inside `s`.
+            let v = unsafe { sse2::load(s, at) };
+            let (stops, highs) = sse2::stops_and_highs(v);
+            if stops != 0 {
+                let len = stops.trailing_zeros();
+                let before = highs & ((1 << len) - 1);
+                return Run {
+                    len: at + len as usize,
+                    ascii: (high_bits | before) == 0,
+                };
             }
-            if high_bits != 0 {
-                high = 0x80;
-            }
+            high_bits |= highs;
+            at += 16;
+        }
+        if high_bits != 0 {
+            high = 0x80;
         }
     }
     for &b in &s[at..] {
-        if b == b'"' || b == b'\\' || b < 0x20 {
+        if is_stop(b) {
             break;
         }
         high |= b;
@@ -322,6 +298,107 @@ fn plain_run(s: &[u8]) -> Run {
     Run {
         len: at,
         ascii: high < 0x80,
+    }
+}
+
+/// Whether `b` ends a plain run: a quote, a backslash or a control character.
+fn is_stop(b: u8) -> bool {
+    b == b'"' || b == b'\\' || b < 0x20
+}
+
+/// Unescapes the rest of a string, from the backslash at `doc[at]` to the
+/// closing quote, onto `out`. Returns where the quote is and whether what
+/// was appended is ASCII; None if the string is not JSON.
+///
+/// One loop, no call per escape: a tool call's `arguments` is JSON inside
+/// JSON, with an escape every few words. Plain runs are copied 16 bytes a
+/// step as they are scanned; a step may store bytes past its run, which the
+/// next write overwrites. No escape is shorter than what it stands for, so
+/// room for the rest of the document is room for every step.
+fn unescape_rest(doc: &[u8], mut at: usize, out: &mut Vec<u8>) -> Option<(usize, bool)> {
+    out.reserve(doc.len() - at);
+    let mut high = 0u8;
+    loop {
+        // `at` is on a backslash.
+        let (next, ascii) = unescape(doc, at + 1, out)?;
+        at = next;
+        if !ascii {
+            high = 0x80;
+        }
+        #[cfg(target_arch = "x86_64")]
+        while at + 16 <= doc.len() {
+            // SAFETY: the 16 bytes read lie inside `doc`. Since `out` had room
+            // for all of `doc` from the first backslash on, and has grown by
+            // no more than was read since, the 16 bytes stored fit in it;
+            // only the run's bytes are counted in.
+            let stops = unsafe {
+                let v = sse2::load(doc, at);
+                sse2::store(out.as_mut_ptr().add(out.len()), v);
+                let (stops, highs) = sse2::stops_and_highs(v);
+                let len = if stops == 0 {
+                    16
+                } else {
+                    stops.trailing_zeros()
+                };
+                if highs & ((1u64 << len) - 1) as i32 != 0 {
+                    high = 0x80;
+                }
+                out.set_len(out.len() + len as usize);
+                at += len as usize;
+                stops
+            };
+            if stops != 0 {
+                break;
+            }
+        }
+        while let Some(&b) = doc.get(at).filter(|&&b| !is_stop(b)) {
+            high |= b;
+            out.push(b);
+            at += 1;
+        }
+        match doc.get(at)? {
+            b'"' => return Some((at, high < 0x80)),
+            b'\\' => {}
+            _ => return None,
+        }
+    }
+}
+
+/// The 16-byte steps of the string scans.
+#[cfg(target_arch = "x86_64")]
+mod sse2 {
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// `s[at..at + 16]` exists.
+    #[inline(always)]
+    pub unsafe fn load(s: &[u8], at: usize) -> __m128i {
+        _mm_loadu_si128(s.as_ptr().add(at).cast())
+    }
+
+    /// # Safety
+    /// `to` has room for 16 bytes.
+    #[inline(always)]
+    pub unsafe fn store(to: *mut u8, v: __m128i) {
+        _mm_storeu_si128(to.cast(), v)
+    }
+
+    /// Bit masks of the bytes of `v` that end a plain run, and of those that
+    /// are not ASCII. (SSE2 is part of every x86_64.)
+    #[inline(always)]
+    pub fn stops_and_highs(v: __m128i) -> (i32, i32) {
+        // SAFETY: SSE2 is always present on x86_64.
+        unsafe {
+            let special = _mm_or_si128(
+                _mm_or_si128(
+                    _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8)),
+                    _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8)),
+                ),
+                // b <= 0x1f, unsigned: min(b, 0x1f) == b
+                _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v),
+            );
+            (_mm_movemask_epi8(special), _mm_movemask_epi8(v))
+        }
     }
 }
 
@@ -334,8 +411,9 @@ fn float<'py>(py: Python<'py>, text: &str) -> Result<PyResult<Bound<'py, PyAny>>
 }
 
 /// Appends the character escaped at `doc[at..]` (just past the backslash) to
-/// `out`; returns where the string continues, or None if the escape is not JSON.
-fn unescape(doc: &[u8], at: usize, out: &mut Vec<u8>) -> Option<usize> {
+/// `out`; returns where the string continues and whether the character is
+/// ASCII, or None if the escape is not JSON.
+fn unescape(doc: &[u8], at: usize, out: &mut Vec<u8>) -> Option<(usize, bool)> {
     let simple = match *doc.get(at)? {
         b'"' => b'"',
         b'\\' => b'\\',
@@ -349,12 +427,12 @@ fn unescape(doc: &[u8], at: usize, out: &mut Vec<u8>) -> Option<usize> {
             let (c, next) = code_point(doc, at + 1)?;
             let mut buf = [0u8; 4];
             out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
-            return Some(next);
+            return Some((next, c.is_ascii()));
         }
         _ => return None,
     };
     out.push(simple);
-    Some(at + 1)
+    Some((at + 1, true))
 }
 
 /// The character of a `\uXXXX` escape whose hex digits start at `at`,
@@ -425,6 +503,41 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn escaped_strings_unescape_across_the_16_byte_steps() {
+        // (escaped, meaning) pieces, joined with plain runs of every length
+        // around the steps, ASCII or not.
+        let escapes: [(&str, &str); 5] = [
+            ("\\\"", "\""),
+            ("\\n", "\n"),
+            ("\\u00e9", "\u{e9}"),
+            ("\\ud83d\\ude80", "\u{1f680}"),
+            ("\\\\", "\\"),
+        ];
+        for plain_len in 0..40 {
+            for plain in ["a".repeat(plain_len), "\u{e9}".repeat(plain_len / 2)] {
+                for (escape, meaning) in escapes {
+                    let body = format!("{escape}{plain}{escape}{plain}");
+                    let doc = format!("{body}\" tail");
+                    let mut out = b"kept".to_vec();
+                    let (end, ascii) = unescape_rest(doc.as_bytes(), 0, &mut out).unwrap();
+                    let expected = format!("kept{meaning}{plain}{meaning}{plain}");
+                    assert_eq!(String::from_utf8(out).unwrap(), expected, "{doc:?}");
+                    assert_eq!(end, body.len(), "{doc:?}");
+                    assert_eq!(ascii, expected.is_ascii(), "{doc:?}");
+                }
+            }
+        }
+        // Not JSON: a bad escape, a control character, no closing quote.
+        for doc in ["\\x\"", "\\n\u{1}\"", "\\n abc"] {
+            assert_eq!(
+                unescape_rest(doc.as_bytes(), 0, &mut Vec::new()),
+                None,
+                "{doc:?}"
+            );
         }
     }
 }

@@ -118,6 +118,7 @@ def test_damaged_json_is_kept_as_text_and_never_fails_the_load(
 
 @pytest.mark.parametrize(("doc", "expected"), [
     ('[{"a": "\\ud83d\\ude80 \\u00e9\\n\\t\\"\\\\\\/"}]', [{"a": "🚀 é\n\t\"\\/"}]),
+    ('["\u00e9\\n", "a\\n\u00e9", "a\\u00e9b"]', ["\u00e9\n", "a\n\u00e9", "a\u00e9b"]),
     ('{"k": 1, "k": 2}', {"k": 2}),
     ("18446744073709551616", 18446744073709551616.0),
     ("-0", 0),
