@@ -87,6 +87,7 @@ pub fn read_ahead(
             let Some(table) = next_table(&received) else {
                 break;
             };
+            table.prefetch();
             wanted = sink(table);
         }
         // `received` goes here: a helper still reading stops at its next table.
