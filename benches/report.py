@@ -177,7 +177,15 @@ class Report:
             "",
             f"The machine has 2 cores and is shared: other engineers' builds and tests ran during the run. "
             f"Each workload ran for all systems back to back, {rounds} round(s), the system order rotated every "
-            "round; the tables give the median over the rounds (and, for key figures, the range). A probe (our 20-message flush at FULL, "
+            "round; the tables give the median over the rounds (and, for key figures, the range). "
+            + (
+                "Before each system's turn at a workload the runner called sync(2), so that no system was measured "
+                "while the kernel wrote back the files the one before it left unsynced (at NORMAL), which takes "
+                "a core. "
+                if d.get("synced_between_systems")
+                else ""
+            )
+            + "A probe (our 20-message flush at FULL, "
             f"{g(d, 'config', 'probe', 'total')} messages) ran first and last: p50 {ms(a)} then {ms(b)}, "
             f"a spread of **{spread:.0f}%**. Load average {la[0] if la else '?'} at the start, "
             f"{lb[0] if lb else '?'} at the end. Read single figures with that margin; ratios between systems "

@@ -519,6 +519,7 @@ def main() -> int:
         "code": code_identity(args.hermes_python),
         "config": config,
         "rounds": rounds,
+        "synced_between_systems": True,
         "loadavg_start": loadavg(),
         "results": {},
     }
@@ -553,6 +554,10 @@ def main() -> int:
                     if only and name.split(":")[0] not in only:
                         continue
                     for system in order:
+                        # No system is measured while the kernel writes back
+                        # the files another one just wrote (at NORMAL they
+                        # are not fsynced): that write-back takes a core.
+                        os.sync()
                         t0 = time.monotonic()
                         if system == "floor":
                             part = name.split(":")[0]
