@@ -89,16 +89,31 @@ fn start_helper() -> Helper {
 /// the helper was dropped.
 fn next_job(received: &Receiver<Job>, awake: &AtomicBool) -> Option<Job> {
     awake.store(true, Ordering::Relaxed);
-    let until = Instant::now() + STAY_AWAKE;
+    recv_awake_for(received, STAY_AWAKE, || {
+        awake.store(false, Ordering::Relaxed)
+    })
+}
+
+/// The next message of `received`, looked for awake for `awake_for`
+/// (yielding the core between looks: the sender may be waiting for it),
+/// then asleep after `before_sleep`; None once every sender is gone.
+/// Falling asleep and being woken costs tens of microseconds on a virtual
+/// machine, so a message expected soon is better waited for awake.
+pub fn recv_awake_for<T>(
+    received: &Receiver<T>,
+    awake_for: Duration,
+    before_sleep: impl FnOnce(),
+) -> Option<T> {
+    let until = Instant::now() + awake_for;
     loop {
         match received.try_recv() {
-            Ok(job) => return Some(job),
+            Ok(message) => return Some(message),
             Err(TryRecvError::Disconnected) => return None,
             Err(TryRecvError::Empty) if Instant::now() < until => std::thread::yield_now(),
             Err(TryRecvError::Empty) => break,
         }
     }
-    awake.store(false, Ordering::Relaxed);
+    before_sleep();
     received.recv().ok()
 }
 

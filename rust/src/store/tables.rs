@@ -3,9 +3,9 @@
 //! result is handed over table by table while a helper thread reads ahead.
 
 use std::ffi::{c_int, CStr};
-use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::sync::mpsc::{self, Receiver};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rusqlite::{ffi, Connection, Rows, Statement};
 
@@ -28,10 +28,8 @@ const TABLE_ROWS: usize = 16;
 /// Tables the helper reads ahead of the consumer at most (bounds memory).
 const TABLES_AHEAD: usize = 16;
 
-/// How long the consumer polls for the helper's next table before it sleeps:
-/// a few tables' read. Falling asleep and being woken again costs tens of
-/// microseconds on a virtual machine, more than the wait itself. It polls by
-/// yielding, not spinning: the helper may have been placed on its core.
+/// How long the consumer looks for the helper's next table awake before it
+/// sleeps: a few tables' read.
 const POLL_FOR_TABLE: Duration = Duration::from_micros(100);
 
 /// All rows of `sql` in one table.
@@ -216,15 +214,7 @@ unsafe fn cell<'a>(stmt: *mut ffi::sqlite3_stmt, column: c_int) -> ValueRef<'a> 
 
 /// The helper's next table; None once it is done (or failed).
 fn next_table(received: &Receiver<Table>) -> Option<Table> {
-    let poll_until = Instant::now() + POLL_FOR_TABLE;
-    loop {
-        match received.try_recv() {
-            Ok(table) => return Some(table),
-            Err(TryRecvError::Disconnected) => return None,
-            Err(TryRecvError::Empty) if Instant::now() < poll_until => std::thread::yield_now(),
-            Err(TryRecvError::Empty) => return received.recv().ok(),
-        }
-    }
+    helper_threads::recv_awake_for(received, POLL_FOR_TABLE, || ())
 }
 
 /// A value that one thread at a time uses, moved to a helper thread.
