@@ -485,7 +485,7 @@ def main() -> int:
     ap.add_argument("--floor-build", choices=["auto", "always", "never"], default="auto")
     ap.add_argument("--rounds", type=int, default=0, help="rounds (default: 3, quick: 1)")
     ap.add_argument("--no-report", action="store_true")
-    ap.add_argument("--out", default="", help="results file (default benches/results/<utc>-<commit>.json)")
+    ap.add_argument("--out", default="", help="results file (default benches/results/<utc>-<commit>.json); its pytest-benchmark JSON goes to pytest-benchmark/ beside it")
     args = ap.parse_args()
 
     started = time.monotonic()
@@ -602,7 +602,8 @@ def main() -> int:
     suffix = "-quick" if args.quick else ""
     out = Path(args.out) if args.out else results / f"{stamp}-{doc['code']['commit']}{suffix}.json"
     out.write_text(json.dumps(doc, indent=1))
-    pytest_benchmark_json.write(doc, results / "pytest-benchmark" / out.name)
+    # Beside the results file: a run with --out writes nothing into the repository.
+    pytest_benchmark_json.write(doc, out.parent / "pytest-benchmark" / out.name)
     partial = bool(args.workloads or args.out) or set(systems) != {*SYSTEMS, "floor"}
     if not partial:  # latest*.json always holds a complete run
         (results / f"latest{suffix}.json").write_text(json.dumps(doc, indent=1))
