@@ -229,6 +229,23 @@ mod tests {
     }
 
     #[test]
+    fn an_idle_helper_goes_to_sleep() {
+        // A helper of its own (not one other tests share): after its job it
+        // is awake, then asleep once STAY_AWAKE has passed, so an idle
+        // process spends no CPU on it.
+        let helper = start_helper();
+        let (done, finished) = mpsc::channel();
+        let job: Job = Box::new(move || done.send(()).unwrap());
+        helper.jobs.send(job).unwrap();
+        finished.recv().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while helper.awake.load(Ordering::Relaxed) {
+            assert!(Instant::now() < deadline, "still awake 5 s after its job");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
     fn a_panicking_job_reaches_the_caller_after_here_finished() {
         let here_ran = AtomicUsize::new(0);
         let caught = panic::catch_unwind(AssertUnwindSafe(|| {
