@@ -92,10 +92,14 @@ def plan(quick: bool) -> dict[str, Any]:
 
 def pct(samples: list[int], q: float) -> float:
     """Nearest-rank percentile of nanosecond samples, in nanoseconds."""
-    if not samples:
+    return ranked(sorted(samples), q)
+
+
+def ranked(ordered: list[int], q: float) -> float:
+    """Nearest-rank percentile of samples already sorted."""
+    if not ordered:
         return math.nan
-    s = sorted(samples)
-    return float(s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))])
+    return float(ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))])
 
 
 def summary(samples: list[int]) -> dict[str, float]:
@@ -103,16 +107,16 @@ def summary(samples: list[int]) -> dict[str, float]:
     outlier fields are those pytest-benchmark keeps (pytest_benchmark_json.py)."""
     if not samples:
         return {"n": 0}
-    samples = sorted(samples)  # once: pct() then sorts a sorted list, in one pass
+    samples = sorted(samples)  # once, for every percentile below
     n, mean = len(samples), sum(samples) / len(samples)
     stddev = math.sqrt(sum((x - mean) ** 2 for x in samples) / (n - 1)) if n > 1 else 0.0
-    q1, q3 = pct(samples, 0.25), pct(samples, 0.75)
+    q1, q3 = ranked(samples, 0.25), ranked(samples, 0.75)
     low, high = q1 - 1.5 * (q3 - q1), q3 + 1.5 * (q3 - q1)
     return {
         "n": n,
-        "p50_ms": pct(samples, 0.50) / 1e6,
-        "p90_ms": pct(samples, 0.90) / 1e6,
-        "p99_ms": pct(samples, 0.99) / 1e6,
+        "p50_ms": ranked(samples, 0.50) / 1e6,
+        "p90_ms": ranked(samples, 0.90) / 1e6,
+        "p99_ms": ranked(samples, 0.99) / 1e6,
         "mean_ms": mean / 1e6,
         "min_ms": min(samples) / 1e6,
         "max_ms": max(samples) / 1e6,

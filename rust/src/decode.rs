@@ -92,12 +92,12 @@ fn cell<'py>(py: Python<'py>, r: RowRef<'_>, index: usize) -> PyResult<Bound<'py
 /// `messages.content` (column `index` of `r`) back to what was stored:
 /// prefixed JSON becomes the list (or dict) of parts again.
 fn content<'py>(py: Python<'py>, r: RowRef<'_>, index: usize) -> PyResult<Bound<'py, PyAny>> {
-    match r.text(index) {
-        Some(t) => match t.bytes.strip_prefix(CONTENT_JSON_PREFIX.as_bytes()) {
-            Some(doc) => json(py, doc),
-            None => Ok(stored_text(py, t).into_any()),
-        },
-        None => value(py, r.get(index)),
+    let parts = r
+        .text(index)
+        .and_then(|t| t.bytes.strip_prefix(CONTENT_JSON_PREFIX.as_bytes()));
+    match parts {
+        Some(doc) => json(py, doc),
+        None => cell(py, r, index),
     }
 }
 

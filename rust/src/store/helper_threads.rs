@@ -14,7 +14,7 @@
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::lock;
@@ -39,7 +39,8 @@ struct Helper {
 /// The idle helpers, and the process they belong to.
 static IDLE: Mutex<(u32, Vec<Helper>)> = Mutex::new((0, Vec::new()));
 
-fn take_helper() -> Helper {
+/// This process's idle helpers, locked.
+fn idle_helpers() -> MutexGuard<'static, (u32, Vec<Helper>)> {
     let mut idle = lock(&IDLE);
     let pid = std::process::id();
     if idle.0 != pid {
@@ -50,6 +51,11 @@ fn take_helper() -> Helper {
         idle.0 = pid;
         idle.1.drain(..).for_each(std::mem::forget);
     }
+    idle
+}
+
+fn take_helper() -> Helper {
+    let mut idle = idle_helpers();
     // An awake one first: it starts the job at once.
     match idle.1.iter().rposition(|h| h.awake.load(Ordering::Relaxed)) {
         Some(at) => idle.1.swap_remove(at),
@@ -66,8 +72,10 @@ fn give_back(helper: Helper) {
 
 /// Whether an idle helper is awake: a job handed over now starts at once.
 pub fn one_awake() -> bool {
-    let idle = lock(&IDLE);
-    idle.0 == std::process::id() && idle.1.iter().any(|h| h.awake.load(Ordering::Relaxed))
+    idle_helpers()
+        .1
+        .iter()
+        .any(|h| h.awake.load(Ordering::Relaxed))
 }
 
 fn start_helper() -> Helper {

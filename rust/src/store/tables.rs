@@ -17,13 +17,13 @@ use crate::model::{Table, ValueRef};
 /// Waking one costs about what reading these rows does.
 const FIRST_TABLE_ROWS: usize = 64;
 
-/// The same when a helper is awake (one finished a job moments ago): it
-/// takes over at once, so the calling thread reads only a table's worth.
-const FIRST_TABLE_ROWS_HELPER_AWAKE: usize = 16;
-
 /// Rows per table the helper hands over: small, so that its first table
 /// reaches the consumer soon after the helper starts.
 const TABLE_ROWS: usize = 16;
+
+/// The same when a helper is awake (one finished a job moments ago): it
+/// takes over at once, so the calling thread reads only a table's worth.
+const FIRST_TABLE_ROWS_HELPER_AWAKE: usize = TABLE_ROWS;
 
 /// Tables the helper reads ahead of the consumer at most (bounds memory).
 const TABLES_AHEAD: usize = 16;
