@@ -372,6 +372,14 @@ class Bench:
     def cleanup(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
 
+    @staticmethod
+    def seeded(system: System) -> None:
+        """Ends an unmeasured seeding: the store's deferred work is done, and
+        the kernel has written back the seeding's files (sync(2)), so neither
+        the one nor the other runs during the measured calls that follow."""
+        system.settle()
+        os.sync()
+
     def msgs(self, start: int, stop: int) -> list[dict[str, Any]]:
         """Fresh dicts (identity matters to the flush) for messages start..stop."""
         if stop <= len(self.pool):
@@ -426,7 +434,7 @@ class Bench:
         live = self.msgs(0, size)
         with system.fast():
             conv.flush(live, live)
-        system.settle()  # the seeding's deferred work is not the measured call's
+        self.seeded(system)
         samples = []
         gc.collect()
         for _ in range(reps):
@@ -539,7 +547,7 @@ class Bench:
         with system.fast():
             for at in range(0, size, 1000):
                 conv.flush(live[: at + 1000], live[at : at + 1000])
-        system.settle()
+        self.seeded(system)
         gc.collect()
         load_ns = []
         loaded = 0
@@ -583,7 +591,7 @@ class Bench:
                     new = self.msgs(len(live), len(live) + step)
                     live.extend(new)
                     conv.flush(live, new)
-            system.settle()
+            self.seeded(system)
             flush_ns = []
             gc.collect()
             for i in range(flushes):

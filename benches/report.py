@@ -666,8 +666,14 @@ class Report:
             "",
             f"At each size: p50 of {flushes} 20-message flushes, then p50 of {loads} loads of the whole "
             f"transcript{after}, right after the flushes. The growth "
-            "between sizes is not measured (written in big batches, without fsync where the system allows it). "
-            "The slope is d log(latency) / d log(size) between the smallest and the largest size: ~0 means the cost "
+            "between sizes is not measured (written in big batches, without fsync where the system allows it)"
+            + (
+                "; after it, and after every other unmeasured seeding, the runner called sync(2), so that the "
+                "kernel's write-back of the seeding did not share the disk with the measured flushes"
+                if self.doc.get("synced_after_seeding")
+                else ""
+            )
+            + ". The slope is d log(latency) / d log(size) between the smallest and the largest size: ~0 means the cost "
             "does not depend on the transcript (O(new)), ~1 means it is proportional to it (O(total)).",
             "",
         )

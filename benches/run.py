@@ -524,6 +524,7 @@ def main() -> int:
         "config": config,
         "rounds": rounds,
         "synced_between_systems": True,
+        "synced_after_seeding": True,
         "loadavg_start": loadavg(),
         "results": {},
     }

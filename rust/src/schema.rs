@@ -2,9 +2,13 @@
 //!
 //! Column names and types match hermes-agent 0.19.0 (schema_version 22) so
 //! either program can open a file the other wrote. The DDL is ours.
-//! Deliberate difference: we create only the word index `messages_fts`, not
-//! the trigram index; hermes-agent adds (and back-fills) the trigram index
-//! itself the first time it opens one of our files.
+//! Deliberate differences, each something hermes-agent adds itself (and
+//! fills) the first time it opens one of our files:
+//! * we create only the word index `messages_fts`, not the trigram index;
+//! * we create neither of its session-by-timestamp indexes on `messages`
+//!   (`idx_messages_session`, `idx_messages_session_active`): nothing of ours
+//!   reads through them, and each costs every flush one to five more pages
+//!   to write and fsync. Where they exist, SQLite maintains them as usual.
 
 use rusqlite::config::DbConfig;
 use rusqlite::Connection;
@@ -159,7 +163,6 @@ CREATE INDEX IF NOT EXISTS idx_sessions_source ON sessions(source);
 CREATE INDEX IF NOT EXISTS idx_sessions_source_id ON sessions(source, id);
 CREATE INDEX IF NOT EXISTS idx_sessions_parent ON sessions(parent_session_id);
 CREATE INDEX IF NOT EXISTS idx_sessions_started ON sessions(started_at DESC);
-CREATE INDEX IF NOT EXISTS idx_messages_session ON messages(session_id, timestamp);
 CREATE INDEX IF NOT EXISTS idx_compression_locks_expires ON compression_locks(expires_at);
 CREATE INDEX IF NOT EXISTS idx_session_model_usage_session ON session_model_usage(session_id);
 CREATE INDEX IF NOT EXISTS idx_session_model_usage_model ON session_model_usage(model);
@@ -167,15 +170,15 @@ CREATE INDEX IF NOT EXISTS idx_async_delegations_delivery
     ON async_delegations(delivery_state, completed_at);
 CREATE INDEX IF NOT EXISTS idx_messages_platform_msg_id
     ON messages(session_id, platform_message_id) WHERE platform_message_id IS NOT NULL;
-CREATE INDEX IF NOT EXISTS idx_messages_session_active ON messages(session_id, active, timestamp);
 CREATE INDEX IF NOT EXISTS idx_messages_active_null ON messages(active) WHERE active IS NULL;
 CREATE INDEX IF NOT EXISTS idx_sessions_session_key ON sessions(session_key, started_at DESC);
 CREATE INDEX IF NOT EXISTS idx_sessions_gateway_peer
     ON sessions(source, user_id, chat_id, chat_type, thread_id, started_at DESC);
 CREATE INDEX IF NOT EXISTS idx_sessions_handoff_state ON sessions(handoff_state, started_at);
 CREATE UNIQUE INDEX IF NOT EXISTS idx_sessions_title_unique ON sessions(title) WHERE title IS NOT NULL;
--- Ours: index entries end with the rowid, so a session's active messages
--- come out of this index already in id order (no sort of the transcript).
+-- Ours, in place of hermes-agent's two (session_id, [active,] timestamp)
+-- indexes (see the module doc): entries end with the rowid, so a session's
+-- active messages come out of this index already in id order (no sort).
 CREATE INDEX IF NOT EXISTS idx_messages_session_order ON messages(session_id, active);
 "#;
 
@@ -345,6 +348,40 @@ mod tests {
             let reprepared = stmt.get_status(rusqlite::StatementStatus::RePrepare);
             assert_eq!(reprepared, 0, "{id}");
         }
+    }
+
+    #[test]
+    fn a_transcript_is_read_in_id_order_through_our_index_alone() {
+        let conn = Connection::open_in_memory().unwrap();
+        ensure(&conn).unwrap();
+        let indexes: Vec<String> = conn
+            .prepare(
+                "SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'messages'",
+            )
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert!(indexes.contains(&"idx_messages_session_order".to_string()));
+        assert!(
+            !indexes
+                .iter()
+                .any(|i| ["idx_messages_session", "idx_messages_session_active"]
+                    .contains(&i.as_str()))
+        );
+        let sql = "EXPLAIN QUERY PLAN SELECT role FROM messages WHERE session_id = ?1 AND active = 1 ORDER BY id";
+        let plan: Vec<String> = conn
+            .prepare(sql)
+            .unwrap()
+            .query_map(["s"], |r| r.get(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(
+            plan,
+            ["SEARCH messages USING INDEX idx_messages_session_order (session_id=? AND active=?)"]
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import tempfile
 from pathlib import Path
@@ -134,6 +135,21 @@ def tool_calls_in(messages: list[dict[str, Any]]) -> int:
     return sum(len(m.get("tool_calls") or []) for m in messages)
 
 
+TIMESTAMP_INDEXES = {"idx_messages_session", "idx_messages_session_active"}
+
+
+def timestamp_indexes(path: Path) -> set[str]:
+    """Which of hermes-agent's session-by-timestamp indexes the file has (we
+    create neither; it creates both when it opens a file)."""
+    conn = sqlite3.connect(path)
+    try:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'index'")}
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        return names & TIMESTAMP_INDEXES
+    finally:
+        conn.close()
+
+
 # -- a file we write ------------------------------------------------------------------
 
 def test_file_we_write_reads_identically_in_hermes_agent_and_it_can_append(tmp_path: Path, hermes_home: Path) -> None:
@@ -142,8 +158,10 @@ def test_file_we_write_reads_identically_in_hermes_agent_and_it_can_append(tmp_p
     with SessionDB(path) as db:
         agent = agent_shell(db, "ours-1")
         assert agent._flush_messages_to_session_db(first) is True
+    assert timestamp_indexes(path) == set()
 
     theirs = peer("read", path, "ours-1", hermes_home)
+    assert timestamp_indexes(path) == TIMESTAMP_INDEXES
     assert shape(theirs["conversation"]) == shape(first)
     assert theirs["message_count"] == theirs["rows"] == len(first)
     assert theirs["tool_call_count"] == tool_calls_in(first)
@@ -169,6 +187,8 @@ def test_file_we_write_reads_identically_in_hermes_agent_and_it_can_append(tmp_p
         assert session is not None
         assert session["message_count"] == len(db.get_messages("ours-1")) == len(first + second + third)
 
+    # Our writes kept its indexes whole (integrity_check covers every index).
+    assert timestamp_indexes(path) == TIMESTAMP_INDEXES
     theirs = peer("read", path, "ours-1", hermes_home)
     assert shape(theirs["conversation"]) == shape(first + second + third)
     assert theirs["message_count"] == theirs["rows"] == len(first + second + third)
