@@ -741,7 +741,10 @@ class Report:
             "indexes, FTS). Three variants: *set-based* (triggers off, one `INSERT INTO messages_fts SELECT ...` per "
             "transaction, as our writer does) is the floor used for ratios; *trigger* (the schema's per-row FTS "
             "trigger) is the plain bare program; *no FTS* (the same rows, no search index) shows what the index "
-            "costs. The disk floor is a one-row commit at FULL and a bare 4 KiB write + `fdatasync`.",
+            "costs. The disk floor is a one-row commit at FULL and a bare 4 KiB write + `fdatasync`. It is a "
+            "`cargo bench` target with its own harness, not criterion: it hands the runner every call's raw time, "
+            "so its statistics come from the same code as every system's, and its workloads are stateful (a "
+            "transcript that grows flush by flush), which criterion's repeated batches of one closure do not fit.",
             "* Same messages for all (`benches/workload.py`): user / assistant with one tool call / tool result, "
             "~600 B of JSON each, deterministic English-like text, one message in ten with CJK, accents and emoji. "
             "Each workload starts on a fresh file; "

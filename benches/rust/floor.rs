@@ -27,7 +27,10 @@
 //!   without a search index (the peers other than hermes-agent keep none).
 //!
 //! Output: one JSON document with raw nanosecond samples; statistics are
-//! computed by the Python side, identically for every system.
+//! computed by the Python side, identically for every system. That is why
+//! this is a plain harness and not criterion, which keeps its own statistics
+//! and repeats one closure in batches: these workloads are stateful (a
+//! transcript grows flush by flush).
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
