@@ -140,7 +140,9 @@ TIMESTAMP_INDEXES = {"idx_messages_session", "idx_messages_session_active"}
 
 def timestamp_indexes(path: Path) -> set[str]:
     """Which of hermes-agent's session-by-timestamp indexes the file has (we
-    create neither; it creates both when it opens a file)."""
+    create neither; it creates both when it opens a file). Asserts on the way
+    that the file passes ``PRAGMA integrity_check``, which checks every index
+    against its table: whoever wrote last kept the indexes that exist whole."""
     conn = sqlite3.connect(path)
     try:
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'index'")}
