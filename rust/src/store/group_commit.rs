@@ -21,7 +21,10 @@ struct Slot<T> {
 struct Queue<J, T> {
     pending: Vec<(J, Arc<Slot<T>>)>,
     leader_active: bool,
-    last_batch_end: Option<Instant>,
+    /// Long reads in progress (see [`GroupCommit::reading`]).
+    reads: usize,
+    /// When the last batch or long read ended.
+    last_busy_end: Option<Instant>,
 }
 
 pub struct GroupCommit<J, T> {
@@ -35,7 +38,8 @@ impl<J, T> Default for GroupCommit<J, T> {
             queue: Mutex::new(Queue {
                 pending: Vec::new(),
                 leader_active: false,
-                last_batch_end: None,
+                reads: 0,
+                last_busy_end: None,
             }),
             finished: Condvar::new(),
         }
@@ -87,22 +91,31 @@ impl<J, T> GroupCommit<J, T> {
     fn end_lead(&self) -> MutexGuard<'_, Queue<J, T>> {
         let mut queue = lock(&self.queue);
         queue.leader_active = false;
-        queue.last_batch_end = Some(Instant::now());
+        queue.last_busy_end = Some(Instant::now());
         self.finished.notify_all();
         queue
     }
 
-    /// Waits until no batch has been committing or queued for `quiet`, or
-    /// until `limit` has passed: background work that shares the writer goes
-    /// after a burst of writes (a caller flushing again and again), yet a
-    /// steady stream of them cannot starve it.
+    /// Marks a long read in progress until the guard drops, so that
+    /// [`Self::wait_quiet`] waits for it as for a batch: background work
+    /// would otherwise take the core of the read's helper thread.
+    pub fn reading(&self) -> Reading<'_, J, T> {
+        lock(&self.queue).reads += 1;
+        Reading(self)
+    }
+
+    /// Waits until no batch has been committing or queued, and no long read
+    /// running, for `quiet`, or until `limit` has passed: background work
+    /// that shares the writer goes after a burst of writes or loads (a
+    /// caller flushing again and again), yet a steady stream of them cannot
+    /// starve it.
     pub fn wait_quiet(&self, quiet: Duration, limit: Duration) {
         let deadline = Instant::now() + limit;
         let mut queue = lock(&self.queue);
         loop {
             let now = Instant::now();
-            let busy = queue.leader_active || !queue.pending.is_empty();
-            let quiet_at = queue.last_batch_end.map_or(now, |end| end + quiet);
+            let busy = queue.leader_active || !queue.pending.is_empty() || queue.reads > 0;
+            let quiet_at = queue.last_busy_end.map_or(now, |end| end + quiet);
             if (!busy && quiet_at <= now) || now >= deadline {
                 return;
             }
@@ -126,6 +139,18 @@ impl<J, T> GroupCommit<J, T> {
 
     fn wait<'a>(&self, queue: MutexGuard<'a, Queue<J, T>>) -> MutexGuard<'a, Queue<J, T>> {
         relock(self.finished.wait(queue))
+    }
+}
+
+/// A long read in progress, from [`GroupCommit::reading`].
+pub struct Reading<'a, J, T>(&'a GroupCommit<J, T>);
+
+impl<J, T> Drop for Reading<'_, J, T> {
+    fn drop(&mut self) {
+        let mut queue = lock(&self.0.queue);
+        queue.reads -= 1;
+        queue.last_busy_end = Some(Instant::now());
+        self.0.finished.notify_all();
     }
 }
 
@@ -220,6 +245,27 @@ mod tests {
         assert!(
             start.elapsed() < Duration::from_secs(1),
             "waited while idle"
+        );
+    }
+
+    #[test]
+    fn wait_quiet_waits_past_a_long_read_in_progress() {
+        let gc: Arc<GroupCommit<u8, u8>> = Arc::new(GroupCommit::default());
+        let reading = gc.reading();
+        let waiter = std::thread::spawn({
+            let gc = Arc::clone(&gc);
+            move || {
+                gc.wait_quiet(Duration::from_millis(1), Duration::from_secs(5));
+                Instant::now()
+            }
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!waiter.is_finished(), "returned while a read ran");
+        let read_end = Instant::now();
+        drop(reading);
+        assert!(
+            waiter.join().unwrap() >= read_end,
+            "returned before the read ended"
         );
     }
 }

@@ -136,10 +136,11 @@ enum Failure {
 /// counters of the SPEC §3 invariant (`message_count` = active rows).
 const MAINTAINED_COLUMNS: [&str; 3] = ["id", "message_count", "tool_call_count"];
 
-/// The indexer takes the writer once no write has run for `INDEXER_QUIET`
-/// (a caller writing again and again goes first, rather than waiting for a
-/// chunk before each write), or after `INDEXER_PATIENCE` regardless, so a
-/// steady stream of writes cannot starve it.
+/// The indexer takes the writer once no write or transcript load has run
+/// for `INDEXER_QUIET` (a caller writing or loading again and again goes
+/// first, rather than waiting for a chunk before each write or sharing its
+/// cores with it), or after `INDEXER_PATIENCE` regardless, so a
+/// steady stream of them cannot starve it.
 const INDEXER_QUIET: Duration = Duration::from_millis(3);
 const INDEXER_PATIENCE: Duration = Duration::from_millis(50);
 
@@ -963,6 +964,8 @@ impl Backend for SqliteBackend {
         include_inactive: bool,
         sink: &mut dyn FnMut(Table) -> bool,
     ) -> Result<()> {
+        // A load with a helper thread needs both cores: the indexer waits.
+        let _reading = self.commits.reading();
         self.read(|c| {
             let sql = messages_sql(CONVERSATION_COLUMNS, include_inactive);
             tables::read_ahead(c, &sql, [session_id], sink)
