@@ -80,6 +80,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from run import ranked  # noqa: E402  (one percentile rule for every bench)
 PEER_PYTHON = HERE / ".peers" / "venv" / "bin" / "python"
 ns = time.perf_counter_ns
 
@@ -621,16 +624,12 @@ class Proc:
 def stats(samples: list[int]) -> dict[str, Any]:
     s = sorted(samples)
     n = len(s)
-
-    def pct(p: float) -> float:
-        return s[min(n - 1, max(0, round(p / 100 * (n - 1))))] / 1e3
-
     total = sum(s)
     return {
         "n": n,
-        "p50_us": pct(50),
-        "p90_us": pct(90),
-        "p99_us": pct(99),
+        "p50_us": ranked(s, 0.50) / 1e3,
+        "p90_us": ranked(s, 0.90) / 1e3,
+        "p99_us": ranked(s, 0.99) / 1e3,
         "mean_us": total / n / 1e3,
         "min_us": s[0] / 1e3,
         "max_us": s[-1] / 1e3,
