@@ -1807,6 +1807,40 @@ mod tests {
     }
 
     #[test]
+    fn the_indexer_waits_while_a_transcript_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        create(&db, "s");
+        append(&db, "s", 100).unwrap();
+        wait_until(|| pending_rows(&db) == 0);
+        // A row committed while a load (long enough for a helper thread) is
+        // in progress stays pending until the load ends, unless the load
+        // outlasts the indexer's patience; a late check proves nothing, so
+        // it is tried again.
+        let mut checked = 0;
+        for _ in 0..5 {
+            let mut pending_during_load = None;
+            db.conversation("s", false, &mut |_first_table| {
+                append(&db, "s", 1).unwrap();
+                let committed = Instant::now();
+                std::thread::sleep(INDEXER_QUIET * 5);
+                let pending = pending_rows(&db);
+                if committed.elapsed() < INDEXER_PATIENCE {
+                    pending_during_load = Some(pending);
+                }
+                false
+            })
+            .unwrap();
+            if let Some(pending) = pending_during_load {
+                assert_eq!(pending, 1, "the indexer ran during the load");
+                checked += 1;
+            }
+            wait_until(|| pending_rows(&db) == 0);
+        }
+        assert!(checked > 0, "no check within the indexer's patience");
+    }
+
+    #[test]
     fn the_indexers_commits_are_not_foreign() {
         let dir = tempfile::tempdir().unwrap();
         let db = open(&dir);
