@@ -391,6 +391,24 @@ class Report:
                             gaps.append((f"{what} at {pt['size']:,} messages ({sync}, p50)", p, v, h))
         return gaps
 
+    def load_levels(self, gaps: list[tuple[str, str, float, float]]) -> str:
+        """Each load point a peer leads at one level, at every level of this run."""
+        sizes = sorted({int(what.split()[2].replace(",", "")) for what, *_ in gaps if what.startswith("load at")})
+        peers = sorted({p for what, p, *_ in gaps if what.startswith("load at")})
+        parts = []
+        for size in sizes:
+            for p in peers:
+                levels = []
+                for sync in self.syncs:
+                    at = {pt["size"]: pt for pt in self.r(sync, "hermes", "scaling", "points") or []}
+                    theirs = {pt["size"]: pt for pt in self.r(sync, p, "scaling", "points") or []}
+                    h, v = g(at.get(size), "load", "p50_ms"), g(theirs.get(size), "load", "p50_ms")
+                    if ok(h) and ok(v):
+                        levels.append(f"{sync} {SHORT[p]} {ms(v)} vs hermes {ms(h)}")
+                if levels:
+                    parts.append(f"at {size:,} messages, " + ", ".join(levels))
+        return "in this run, " + "; ".join(parts) if parts else "no load point in this run"
+
     def behind_elsewhere(self) -> list[str]:
         gaps = self.shared_workload_gaps()
         if not gaps:
@@ -419,21 +437,24 @@ class Report:
                if flush_gap else "")
             + ("LangGraph keeps a conversation as one msgpack blob: a load is one decode of the whole list "
                "(ormsgpack builds these messages at ~0.5 µs each here), while hermes reads rows (16 columns "
-               "and an index seek per row) and builds the same dicts. On one thread that is ~1.5× LangGraph's "
-               "work (callgrind, 300-message load: ~9.6k instructions a message against ~6.5k; SQLite's own "
-               "work on a row is ~2.6k). hermes keeps up by reading on two cores: a helper thread reads the "
-               "rows past the first 16 (64 when no helper is awake) while the calling thread builds dicts, "
-               "and stays awake 300 µs after a load, so a load that follows finds it awake. Measured back to "
-               "back in separate processes, a 300-message load takes ~157 µs against LangGraph's ~155, and "
-               "1,200 messages ~605 µs against ~1,150 µs; in the run at 5d0df8c, on a quiet host, the scaling "
-               "points sat within a few percent of LangGraph at 300 messages. With the second core busy the "
-               "two-core read loses more than a one-thread read does: with a spinning process on one core, our "
-               "300-message load took 263 µs, LangGraph's 154 µs; runs on a busy host show it as a wider gap at "
-               "300 messages. What "
-               "would close the rest: fewer columns per row (the schema is hermes-agent's), or object "
-               "building faster than CPython's own dict and str constructors. Loads spaced out in time "
-               "(10–100 ms apart, as a gateway's are) run 1.5–2.5× slower for every system on this VM (cold "
-               "caches); there the helper has gone to sleep, and waking it costs about what it saves. "
+               "and an index seek per row) and builds the same dicts: more work per message (callgrind, "
+               "300-message load: ~9.8k instructions a message, 5.4k on the calling thread and 4.4k on the "
+               "helper, of which SQLite's own ~2.1k; LangGraph ~6-7k). hermes keeps up by reading on two "
+               "cores: a helper thread reads the rows past the first 16 (64 when no helper is awake) while "
+               "the calling thread builds dicts, and stays awake 300 µs after a load, so a load that follows "
+               "finds it awake. Since e191ca0 the store's background indexer also waits until loads are "
+               "quiet, as it does for writes: an index chunk that began during a run of loads took the "
+               "helper's core (300-message loads right after ten flushes: 16 of 300 over 1 ms before, 1 "
+               "after). Which system is ahead at these sizes then depends on whether the host leaves the "
+               "second core free, not on the durability level, which does not change what a load does: "
+               f"{self.load_levels(gaps)}. Back to back in separate processes on a quiet host, 300 messages "
+               "took ~157 µs against LangGraph's ~155. A load short enough to stay on one thread (64 "
+               "messages) measured 72-93 µs against LangGraph's 52-71 µs. What would close it: less work per "
+               "row on the calling thread (dict and str building, and the tool-call JSON at ~4.7k "
+               "instructions a call), or fewer columns per row (the schema is hermes-agent's). Loads spaced "
+               "out in time (10-100 ms apart, as a gateway's are) run 1.5-2.5× slower for every system on "
+               "this VM (cold caches); there the helper has gone to sleep, and waking it costs about what it "
+               "saves. "
                if load_gap else "")
             + ("With 4 processes LangGraph rewrites one small blob under the lock while hermes inserts rows "
                "and index entries. " if procs_gap else "")
