@@ -83,6 +83,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from run import ranked  # noqa: E402  (one percentile rule for every bench)
+
 PEER_PYTHON = HERE / ".peers" / "venv" / "bin" / "python"
 ns = time.perf_counter_ns
 

@@ -21,9 +21,9 @@ struct Slot<T> {
 struct Queue<J, T> {
     pending: Vec<(J, Arc<Slot<T>>)>,
     leader_active: bool,
-    /// Long reads in progress (see [`GroupCommit::reading`]).
+    /// Reads in progress that background work yields to (see [`GroupCommit::reading`]).
     reads: usize,
-    /// When the last batch or long read ended.
+    /// When the last batch or marked read ended.
     last_busy_end: Option<Instant>,
 }
 
@@ -96,16 +96,16 @@ impl<J, T> GroupCommit<J, T> {
         queue
     }
 
-    /// Marks a long read in progress until the guard drops, so that
-    /// [`Self::wait_quiet`] waits for it as for a batch: background work
-    /// would otherwise take the core of the read's helper thread.
+    /// Marks a read in progress (a transcript load) until the guard drops,
+    /// so that [`Self::wait_quiet`] waits for it as for a batch: background
+    /// work would otherwise take the core of the read's helper thread.
     pub fn reading(&self) -> Reading<'_, J, T> {
         lock(&self.queue).reads += 1;
         Reading(self)
     }
 
-    /// Waits until no batch has been committing or queued, and no long read
-    /// running, for `quiet`, or until `limit` has passed: background work
+    /// Waits until no batch has been committing or queued, and no marked
+    /// read running, for `quiet`, or until `limit` has passed: background work
     /// that shares the writer goes after a burst of writes or loads (a
     /// caller flushing again and again), yet a steady stream of them cannot
     /// starve it.
@@ -142,7 +142,7 @@ impl<J, T> GroupCommit<J, T> {
     }
 }
 
-/// A long read in progress, from [`GroupCommit::reading`].
+/// A read in progress, from [`GroupCommit::reading`].
 pub struct Reading<'a, J, T>(&'a GroupCommit<J, T>);
 
 impl<J, T> Drop for Reading<'_, J, T> {
@@ -249,7 +249,7 @@ mod tests {
     }
 
     #[test]
-    fn wait_quiet_waits_past_a_long_read_in_progress() {
+    fn wait_quiet_waits_past_a_read_in_progress() {
         let gc: Arc<GroupCommit<u8, u8>> = Arc::new(GroupCommit::default());
         let reading = gc.reading();
         let waiter = std::thread::spawn({
