@@ -59,6 +59,7 @@ def plan(quick: bool) -> dict[str, Any]:
                 ["growth:20", {"turn": 20, "total": total, "budget_s": 3}],
                 ["growth:1000", {"turn": 1000, "total": total, "budget_s": 4}],
                 ["growth:1000:paced", {"turn": 1000, "total": total, "budget_s": 4, "pause_s": 0.1}],
+                ["growth:20:large", {"turn": 20, "total": 2 * total, "budget_s": 4}],
                 ["noop", {"size": 10_000, "reps": 100}],
                 ["concurrent", {"threads": 50, "turns": threads_turns, "turn": 20, "budget_s": 4}],
                 ["reads", {"size": 10_000, "loads": 5, "counts": 2000}],
@@ -76,6 +77,11 @@ def plan(quick: bool) -> dict[str, Any]:
             ["growth:20", {"turn": 20, "total": 10_000, "budget_s": 30}],
             ["growth:1000", {"turn": 1000, "total": 10_000, "budget_s": 30}],
             ["growth:1000:paced", {"turn": 1000, "total": 10_000, "budget_s": 30, "pause_s": 0.1}],
+            # To 100k: every turn size again, each with a budget (stores whose flush grows
+            # with the transcript stop short of it, marked capped).
+            ["growth:1:large", {"turn": 1, "total": 100_000, "budget_s": 40}],
+            ["growth:20:large", {"turn": 20, "total": 100_000, "budget_s": 20}],
+            ["growth:1000:large", {"turn": 1000, "total": 100_000, "budget_s": 20}],
             ["noop", {"size": 10_000, "reps": 300}],
             ["concurrent", {"threads": 50, "turns": 20, "turn": 20, "budget_s": 30}],
             ["reads", {"size": 10_000, "loads": 20, "counts": 10_000}],
