@@ -372,6 +372,13 @@ class Bench:
     def cleanup(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
 
+    def discard_databases(self) -> None:
+        """Deletes the files of the workloads run so far: LangGraph's growth to 100k
+        alone leaves ~17 GB (a checkpoint holds the whole history), too much to keep
+        for every round."""
+        for db in self.root.glob("db*"):
+            shutil.rmtree(db, ignore_errors=True)
+
     @staticmethod
     def seeded(system: System) -> None:
         """Ends an unmeasured seeding: the store's deferred work is done, and
@@ -640,6 +647,8 @@ def run_one(bench: Bench, name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
         return {"unsupported": str(exc) or "no API for this workload"}
     except Exception as exc:  # a peer failing is a finding, not a crash
         return {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        bench.discard_databases()
 
 
 def serve(system: str, config: dict[str, Any]) -> None:
