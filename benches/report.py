@@ -139,7 +139,7 @@ class Report:
             "",
             "```sh",
             "make peers        # the peer venv: hermes-agent 0.19.0, openai-agents, langgraph-checkpoint-sqlite",
-            "make bench        # full run, 3 rounds (~40 min here): benches/results/*.json, BENCHMARKS.md, benches/plots/",
+            "make bench        # full run, 3 rounds (~60 min here): benches/results/*.json, BENCHMARKS.md, benches/plots/",
             "make bench-quick  # small sizes, 1 round (~2 min): benches/results/latest-quick.{json,md}",
             "make interop      # the file-compatibility tests against the real hermes-agent 0.19.0",
             "make bench-scale  # search over 1M messages, 1 -> 100k sessions (~10 min): benches/results/scale.json",
