@@ -336,11 +336,11 @@ class Report:
                                      f"overhead ({h / f:.2f}× the floor) or this run's noise (hermes' range over the "
                                      "rounds is in parentheses; see the Noise section).")
         for sync in self.syncs:
-            for _, k in self.growth_keys(sync):
+            for k in (key for _, key in self.growth_keys(sync) if key.endswith(LARGE)):
                 h = self.r(sync, "hermes", k, "p50_ms")
                 for p in PEERS:
                     v = self.r(sync, p, k, "p50_ms")
-                    if k.endswith(LARGE) and ok(v) and ok(h) and v < h:
+                    if ok(v) and ok(h) and v < h:
                         notes.append(
                             f"* **{self.growth_label(sync, k)}, {sync}: {SHORT[p]} {ms(v)} vs hermes {ms(h)}"
                             f"{self.spread(sync, 'hermes', k)}.** Back to back, the flushes leave the background "
@@ -410,22 +410,22 @@ class Report:
                             gaps.append((f"{what} at {pt['size']:,} messages ({sync}, p50)", p, v, h))
         return gaps
 
-    def load_levels(self, gaps: list[tuple[str, str, float, float]]) -> str:
-        """Each load point a peer leads at one level, at every level of this run."""
-        sizes = sorted({int(what.split()[2].replace(",", "")) for what, *_ in gaps if what.startswith("load at")})
-        peers = sorted({p for what, p, *_ in gaps if what.startswith("load at")})
+    def scaling_loads(self, sync: str, system: str) -> dict[int, float]:
+        """Load p50 (ms) at each scaling size."""
+        return {pt["size"]: g(pt, "load", "p50_ms") for pt in self.r(sync, system, "scaling", "points") or []}
+
+    def load_levels(self) -> str:
+        """Each load point a peer leads at one level or more, at every level of this run."""
+        loads = {(sync, s): self.scaling_loads(sync, s) for sync in self.syncs for s in ["hermes", *PEERS]}
         parts = []
-        for size in sizes:
-            for p in peers:
-                levels = []
-                for sync in self.syncs:
-                    at = {pt["size"]: pt for pt in self.r(sync, "hermes", "scaling", "points") or []}
-                    theirs = {pt["size"]: pt for pt in self.r(sync, p, "scaling", "points") or []}
-                    h, v = g(at.get(size), "load", "p50_ms"), g(theirs.get(size), "load", "p50_ms")
-                    if ok(h) and ok(v):
-                        levels.append(f"{sync} {SHORT[p]} {ms(v)} vs hermes {ms(h)}")
-                if levels:
-                    parts.append(f"at {size:,} messages, " + ", ".join(levels))
+        for size in sorted({size for sync in self.syncs for size in loads[sync, "hermes"]}):
+            for p in PEERS:
+                pairs = [(sync, loads[sync, p].get(size), loads[sync, "hermes"][size]) for sync in self.syncs
+                         if size in loads[sync, "hermes"]]
+                pairs = [(sync, v, h) for sync, v, h in pairs if ok(v) and ok(h)]
+                if any(v < h for _, v, h in pairs):
+                    levels = ", ".join(f"{sync} {SHORT[p]} {ms(v)} vs hermes {ms(h)}" for sync, v, h in pairs)
+                    parts.append(f"at {size:,} messages, {levels}")
         return "in this run, " + "; ".join(parts) if parts else "no load point in this run"
 
     def behind_elsewhere(self) -> list[str]:
@@ -466,7 +466,7 @@ class Report:
                "helper's core (300-message loads right after ten flushes: 16 of 300 over 1 ms before, 1 "
                "after). Which system is ahead at these sizes then depends on whether the host leaves the "
                "second core free, not on the durability level, which does not change what a load does: "
-               f"{self.load_levels(gaps)}. Back to back in separate processes on a quiet host, 300 messages "
+               f"{self.load_levels()}. Back to back in separate processes on a quiet host, 300 messages "
                "took ~157 µs against LangGraph's ~155. A load short enough to stay on one thread (64 "
                "messages) measured 72-93 µs against LangGraph's 52-71 µs. What would close it: less work per "
                "row on the calling thread (dict and str building, and the tool-call JSON at ~4.7k "
@@ -489,6 +489,11 @@ class Report:
         return [(t, f"growth:{t}") for t in self.turns(sync)] + [
             (t, f"growth:{t}{LARGE}") for t in self.turns(sync) if f"growth:{t}{LARGE}" in ours
         ]
+
+    def turn_label(self, sync: str, turn: int, key: str) -> str:
+        """A growth table's first cell: the turn, and the size it grew to."""
+        n = self.r(sync, "hermes", key, "messages")
+        return f"{turn} (to {n:,.0f})" if ok(n) else str(turn)
 
     def growth_label(self, sync: str, key: str) -> str:
         label = f"{key.split(':')[1]}-message turns"
@@ -522,9 +527,8 @@ class Report:
                 f = self.r(sync, "floor", key) or {}
                 ft = self.r(sync, "floor", key + ":trigger") or {}
                 fn = self.r(sync, "floor", key + ":nofts") or {}
-                n = h.get("messages")
                 row = [
-                    f"{turn} (to {n:,.0f})" if ok(n) else str(turn),
+                    self.turn_label(sync, turn, key),
                     f"{ms(h.get('p50_ms'))}{self.spread(sync, 'hermes', key)} / {ms(h.get('p99_ms'))}",
                     rate(h.get("msg_per_s")),
                     f"{ms(f.get('p50_ms'))} (trigger {ms(ft.get('p50_ms'))}, no FTS {ms(fn.get('p50_ms'))})",
@@ -547,9 +551,7 @@ class Report:
                       "floor msg/s"] + [f"{SHORT[p]} msg/s" for p in PEERS if p in self.res[sync]]
             rows = []
             for turn, key in self.growth_keys(sync):
-                n = self.r(sync, "hermes", key, "messages")
-                label = f"{turn} (to {n:,.0f})" if key.endswith(LARGE) and ok(n) else str(turn)
-                row = [label, rate(self.r(sync, "hermes", key, "msg_per_s")),
+                row = [self.turn_label(sync, turn, key), rate(self.r(sync, "hermes", key, "msg_per_s")),
                        ms(self.r(sync, "hermes", key, "settle_ms")),
                        rate(self.r(sync, "hermes", key, "msg_per_s_settled")),
                        rate(self.r(sync, "floor", key, "msg_per_s"))]
