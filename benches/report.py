@@ -311,9 +311,10 @@ class Report:
                     f"one JSON blob per item into a table with one index and no FTS; LangGraph ({ms(lg)}) writes "
                     "one msgpack blob of the whole state per checkpoint (O(total) as it grows: see the scaling "
                     "table). hermes indexes after the commit, but a caller that flushes again at once leaves no "
-                    "idle time for that: past 16,384 pending rows each write indexes its own rows in its "
-                    "transaction (the debt a search would otherwise pay stays bounded), so back to back the "
-                    f"flush pays FTS5 as before.{paced} What would close the back-to-back case: an index "
+                    "idle time for that: the indexer then takes the writer between two flushes anyway every "
+                    "50 ms, 512 rows at a time, and the next flush waits for it (past 131,072 pending rows "
+                    f"each write indexes its own rows in its transaction).{paced} What would close the "
+                    "back-to-back case: an index "
                     "cheaper than FTS5 per row, or no search index in state.db (hermes-agent's search needs it)."
                 )
         for sync in self.syncs:
@@ -344,13 +345,11 @@ class Report:
                         notes.append(
                             f"* **{self.growth_label(sync, k)}, {sync}: {SHORT[p]} {ms(v)} vs hermes {ms(h)}"
                             f"{self.spread(sync, 'hermes', k)}.** Back to back, the flushes leave the background "
-                            "indexer no quiet time, so rows waiting for the search index pile up; once 16,384 wait, "
-                            "each flush indexes its own rows in its transaction, which bounds the debt a search pays "
-                            "but puts FTS5 (~15 µs a row here) inside the flush. At 1000-message turns that point "
-                            "comes at ~20k messages: measured alone, hermes' flush p50 was 7-8 ms up to 20k and "
-                            "23-31 ms from there to 100k. The stores that keep no search index never pay it. What "
-                            "would close it: a cheaper index per row, or a larger bound on the debt (a search after "
-                            "such a burst would then wait longer). No floor runs to this size."
+                            "indexer no quiet time, so rows waiting for the search index pile up, and it takes the "
+                            "writer between two flushes every 50 ms anyway (512 rows at a time, FTS5 at ~10-15 µs a "
+                            "row here), which the next flush waits for; past 131,072 pending rows each flush "
+                            "indexes its own rows in its transaction. The stores that keep no search index never "
+                            "pay it. What would close it: a cheaper index per row. No floor runs to this size."
                         )
         hl = self.r(full, "hermes", "reads", "load", "p50_ms")
         ul = self.r(full, "upstream", "reads", "load", "p50_ms")

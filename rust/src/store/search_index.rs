@@ -49,11 +49,14 @@ pub const BACKGROUND_CHUNK_ROWS: i64 = 512;
 /// segment (4,000 rows index ~1.6x faster in one transaction than in 512s).
 pub const CATCH_UP_CHUNK_ROWS: i64 = 4096;
 
-/// Most rows left pending: beyond it (writes outpacing the indexer, or one
-/// huge import) a write indexes its own rows, as if nothing were deferred,
-/// so the debt a search or a close must pay off stays bounded (16k rows
-/// index in ~0.1-0.2 s here: the worst a search right after a burst waits).
-pub const MAX_PENDING_ROWS: i64 = 16_384;
+/// Most rows left pending: beyond it (writes outpacing the indexer for
+/// longer than a 100k-message import) a write indexes its own rows, as if
+/// nothing were deferred, so the debt a search or a close must pay off stays
+/// bounded. The bound weighs a burst's flushes against the search after it:
+/// flushes back to back leave the indexer no quiet time, and a flush that
+/// indexes its own rows costs ~3x one that does not; 128k rows index in
+/// ~1-2 s here, the worst a search right after such a burst waits.
+pub const MAX_PENDING_ROWS: i64 = 131_072;
 
 #[derive(Debug, Default)]
 pub struct IndexPlan {
