@@ -24,6 +24,13 @@ ROOT = HERE.parent
 PEERS = ["upstream", "openai", "langgraph"]
 #: The 1000-message growth with idle time between flushes (an agent waiting for its model).
 PACED = "growth:1000:paced"
+#: What back-to-back flushes leave the search indexer (both back-to-back notes say it; the
+#: figures restate rust/src/store/sqlite.rs and search_index.rs).
+BACK_TO_BACK_INDEXING = (
+    "the indexer then takes the writer between two flushes every 50 ms anyway, 512 rows at a time "
+    "(FTS5 at ~10-15 µs a row here), and the next flush waits for it; past 131,072 pending rows each "
+    "write indexes its own rows in its transaction"
+)
 #: The growth workloads to 100k messages (every turn size, each with a time budget).
 LARGE = ":large"
 LABEL = {
@@ -311,11 +318,9 @@ class Report:
                     f"one JSON blob per item into a table with one index and no FTS; LangGraph ({ms(lg)}) writes "
                     "one msgpack blob of the whole state per checkpoint (O(total) as it grows: see the scaling "
                     "table). hermes indexes after the commit, but a caller that flushes again at once leaves no "
-                    "idle time for that: the indexer then takes the writer between two flushes anyway every "
-                    "50 ms, 512 rows at a time, and the next flush waits for it (past 131,072 pending rows "
-                    f"each write indexes its own rows in its transaction).{paced} What would close the "
-                    "back-to-back case: an index "
-                    "cheaper than FTS5 per row, or no search index in state.db (hermes-agent's search needs it)."
+                    f"idle time for that: {BACK_TO_BACK_INDEXING}.{paced} What would close the back-to-back "
+                    "case: an index cheaper than FTS5 per row, or no search index in state.db (hermes-agent's "
+                    "search needs it)."
                 )
         for sync in self.syncs:
             for turn in self.turns(sync):
@@ -345,11 +350,9 @@ class Report:
                         notes.append(
                             f"* **{self.growth_label(sync, k)}, {sync}: {SHORT[p]} {ms(v)} vs hermes {ms(h)}"
                             f"{self.spread(sync, 'hermes', k)}.** Back to back, the flushes leave the background "
-                            "indexer no quiet time, so rows waiting for the search index pile up, and it takes the "
-                            "writer between two flushes every 50 ms anyway (512 rows at a time, FTS5 at ~10-15 µs a "
-                            "row here), which the next flush waits for; past 131,072 pending rows each flush "
-                            "indexes its own rows in its transaction. The stores that keep no search index never "
-                            "pay it. What would close it: a cheaper index per row. No floor runs to this size."
+                            f"indexer no quiet time, so rows waiting for the search index pile up: "
+                            f"{BACK_TO_BACK_INDEXING}. The stores that keep no search index never pay it. What "
+                            "would close it: a cheaper index per row. No floor runs to this size."
                         )
         hl = self.r(full, "hermes", "reads", "load", "p50_ms")
         ul = self.r(full, "upstream", "reads", "load", "p50_ms")
