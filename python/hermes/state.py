@@ -6,7 +6,9 @@ Rust core (:class:`hermes._core.Store`), which releases the GIL for every SQL
 statement, fsync and busy wait; this module is its typed, documented face.
 
 ``SessionDB`` is synchronous and thread-safe. ``AsyncSessionDB`` offers the
-same methods as coroutines that run off the event loop; ``writes_without_waiting``
+same methods as coroutines that run off the event loop, each declared with the
+sync method's exact signature (``get_session = _offloaded(SessionDB.get_session)``),
+so ``mypy --strict`` types every awaited result; ``writes_without_waiting``
 lets an event loop make a short write itself when no other writer is in the way.
 """
 
@@ -15,17 +17,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
-from hermes._core import Store, set_writes_wait
+from hermes._core import FlushTracker, Store, set_writes_wait
 from hermes.paths import state_db_path
 
 __all__ = ["AsyncSessionDB", "SessionDB", "Synchronous", "writes_without_waiting"]
 
 Synchronous = Literal["FULL", "NORMAL"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 _OPTIONAL_MESSAGE_FIELDS = (
     "tool_name",
@@ -78,8 +83,12 @@ class SessionDB:
 
     # -- sessions ---------------------------------------------------------
 
+    # ``self`` is positional-only in the methods taking ``**columns``: without it mypy
+    # cannot give ``AsyncSessionDB``'s coroutines their signatures (a ``self=`` keyword
+    # could be meant for ``**columns``).
     def create_session(
         self,
+        /,
         session_id: str,
         source: str,
         user_id: str | None = None,
@@ -113,7 +122,7 @@ class SessionDB:
         )
         return session_id
 
-    def ensure_session(self, session_id: str, source: str = "unknown", **columns: Any) -> str:
+    def ensure_session(self, /, session_id: str, source: str = "unknown", **columns: Any) -> str:
         """Same as :meth:`create_session`: makes sure the row exists."""
         return self.create_session(session_id, source, **columns)
 
@@ -143,7 +152,7 @@ class SessionDB:
         """
         return self._store.foreign_commit_since_last_look()
 
-    def update_session(self, session_id: str, **columns: Any) -> None:
+    def update_session(self, /, session_id: str, **columns: Any) -> None:
         """Sets ``sessions`` columns; raises SessionNotFoundError if absent."""
         self._store.update_session(session_id, columns)
 
@@ -212,6 +221,24 @@ class SessionDB:
         """
         return self._store.append(session_id, messages, once_key)
 
+    def flush(
+        self,
+        tracker: FlushTracker,
+        session_id: str,
+        messages: Sequence[Any],
+        history: Sequence[Any] | None = None,
+        seed: Iterable[int] | None = None,
+    ) -> int:
+        """Writes the dicts of ``messages`` that ``tracker`` does not know as persisted, in
+        list order, in one transaction with the session's counters; returns how many.
+
+        Deduplication is by object identity (see :class:`hermes._core.FlushTracker`): dicts
+        of ``history`` count as persisted, and so do those whose ``id()`` is in the one-shot
+        ``seed``. On failure nothing is committed and ``tracker`` is unchanged, so the same
+        call can simply be retried. The agent's transcript flush is built on this.
+        """
+        return self._store.flush(tracker, session_id, messages, history, seed)
+
     def get_messages(self, session_id: str, include_inactive: bool = False) -> list[dict[str, Any]]:
         """Message rows with every column, ``content`` and JSON columns decoded."""
         return self._store.get_messages(session_id, include_inactive)
@@ -275,24 +302,81 @@ class SessionDB:
         self._store.close()
 
 
+class _offloaded(Generic[_P, _R]):
+    """One :class:`SessionDB` method as an :class:`AsyncSessionDB` coroutine with the same
+    signature, run in a worker thread: ``get_session = _offloaded(SessionDB.get_session)``.
+
+    The attribute must carry the method's name (checked when the class is made), and the
+    call goes to that method of the wrapped DB object (a subclass's override included).
+    """
+
+    def __init__(self, method: Callable[Concatenate[SessionDB, _P], _R]) -> None:
+        self._name = method.__name__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        if name != self._name:
+            raise TypeError(f"{owner.__name__}.{name} offloads SessionDB.{self._name}: "
+                            "name the coroutine after the method it runs")
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> _offloaded[_P, _R]: ...
+
+    @overload
+    def __get__(
+        self, instance: AsyncSessionDB, owner: type
+    ) -> Callable[_P, Coroutine[Any, Any, _R]]: ...
+
+    def __get__(
+        self, instance: AsyncSessionDB | None, owner: type
+    ) -> _offloaded[_P, _R] | Callable[_P, Coroutine[Any, Any, _R]]:
+        if instance is None:
+            return self
+        method: Callable[_P, _R] = getattr(instance.sync, self._name)
+
+        @functools.wraps(method)
+        async def offloaded(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            return await asyncio.to_thread(method, *args, **kwargs)
+
+        return offloaded
+
+
 class AsyncSessionDB:
-    """Every :class:`SessionDB` method as a coroutine run in a worker thread,
-    so the event loop never waits on SQLite. ``self._db`` is the wrapped DB.
+    """Every public :class:`SessionDB` method as a coroutine run in a worker thread, so the
+    event loop never waits on SQLite. ``sync`` is the wrapped DB (also ``self._db``), for
+    the calls that are cheap enough to make on the loop.
     """
 
     def __init__(self, db: SessionDB) -> None:
         self._db = db
 
-    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
-        method = getattr(self._db, name)
-        if not callable(method):
-            raise AttributeError(f"{type(self._db).__name__}.{name} is not a method")
+    @property
+    def sync(self) -> SessionDB:
+        """The wrapped synchronous DB."""
+        return self._db
 
-        @functools.wraps(method)
-        async def offloaded(*args: Any, **kwargs: Any) -> Any:
-            return await asyncio.to_thread(method, *args, **kwargs)
-
-        return offloaded
+    create_session = _offloaded(SessionDB.create_session)
+    ensure_session = _offloaded(SessionDB.ensure_session)
+    get_session = _offloaded(SessionDB.get_session)
+    message_count = _offloaded(SessionDB.message_count)
+    own_appends = _offloaded(SessionDB.own_appends)
+    foreign_commit_since_last_look = _offloaded(SessionDB.foreign_commit_since_last_look)
+    update_session = _offloaded(SessionDB.update_session)
+    end_session = _offloaded(SessionDB.end_session)
+    reopen_session = _offloaded(SessionDB.reopen_session)
+    list_sessions = _offloaded(SessionDB.list_sessions)
+    append_message = _offloaded(SessionDB.append_message)
+    append_messages = _offloaded(SessionDB.append_messages)
+    flush = _offloaded(SessionDB.flush)
+    get_messages = _offloaded(SessionDB.get_messages)
+    get_messages_as_conversation = _offloaded(SessionDB.get_messages_as_conversation)
+    has_platform_message_id = _offloaded(SessionDB.has_platform_message_id)
+    search_messages = _offloaded(SessionDB.search_messages)
+    save_routing_entry = _offloaded(SessionDB.save_routing_entry)
+    load_routing_entries = _offloaded(SessionDB.load_routing_entries)
+    delete_routing_entries = _offloaded(SessionDB.delete_routing_entries)
+    get_meta = _offloaded(SessionDB.get_meta)
+    set_meta = _offloaded(SessionDB.set_meta)
+    close = _offloaded(SessionDB.close)
 
 
 @contextlib.contextmanager

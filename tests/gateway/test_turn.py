@@ -24,7 +24,7 @@ pytestmark = pytest.mark.asyncio
 
 def _db(runner: GatewayRunner) -> SessionDB:
     assert runner._session_db is not None
-    db: SessionDB = runner._session_db._db
+    db: SessionDB = runner._session_db.sync
     return db
 
 

@@ -222,6 +222,42 @@ def test_async_session_db_every_method_is_awaitable(tmp_path: Path) -> None:
         db.get_session("s1")
 
 
+def _public_methods(obj: object) -> set[str]:
+    return {name for name in dir(obj) if not name.startswith("_")
+            and inspect.ismethod(getattr(obj, name))}
+
+
+def test_async_session_db_has_a_coroutine_for_every_public_method(tmp_path: Path) -> None:
+    """A method added to SessionDB without its AsyncSessionDB twin fails here, by name."""
+    with SessionDB(tmp_path / "state.db") as db:
+        adb = AsyncSessionDB(db)
+        coroutines = {name for name in dir(adb) if not name.startswith("_")
+                      and inspect.iscoroutinefunction(getattr(adb, name))}
+        assert _public_methods(db) - coroutines == set(), "SessionDB methods without a coroutine"
+        assert coroutines - _public_methods(db) == set(), "coroutines without a SessionDB method"
+        assert {n for n in dir(adb) if not n.startswith("_")} - coroutines == {"sync"}
+        assert adb.sync is db
+        for name in coroutines:  # each keeps its method's signature and documentation
+            assert inspect.signature(getattr(adb, name)) == inspect.signature(getattr(db, name))
+            assert getattr(adb, name).__doc__ == getattr(db, name).__doc__
+
+
+def test_a_coroutine_must_be_named_after_its_method() -> None:
+    with pytest.raises((TypeError, RuntimeError)) as raised:  # RuntimeError wraps it before 3.12
+        class Misnamed(AsyncSessionDB):
+            get_sesion = AsyncSessionDB.get_session
+    assert "name the coroutine after the method it runs" in str(raised.value.__cause__ or raised.value)
+
+
+def test_a_coroutine_calls_the_wrapped_objects_own_method(tmp_path: Path) -> None:
+    class CountingDB(SessionDB):
+        def message_count(self, session_id: str) -> int | None:
+            return 41
+
+    with CountingDB(tmp_path / "state.db") as db:
+        assert asyncio.run(AsyncSessionDB(db).message_count("s1")) == 41
+
+
 def test_async_session_db_runs_off_the_event_loop(tmp_path: Path, hold_write_lock: Any) -> None:
     """While a write waits for a lock held by another connection, the loop keeps running."""
     path = tmp_path / "state.db"

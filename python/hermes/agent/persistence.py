@@ -118,7 +118,7 @@ class TranscriptPersistence:
         try:
             self._ensure_session_row(db, session_id)
             self._import_pending_spool(db, session_id)
-            db._store.flush(tracker, session_id, messages, history, seed)
+            db.flush(tracker, session_id, messages, history, seed)
         except (HermesError, OSError) as exc:  # OSError: the spool could not be read
             return self._flush_failed(exc, session_id, messages, history, seed)
         self._flushed_db_message_ids = set()

@@ -71,7 +71,7 @@ async def run_agent(
     agent: Any = cached
     if agent is None:
         factory = agent_factory(runner.config.agent_factory)
-        db = runner._session_db._db if runner._session_db is not None else None
+        db = runner._session_db.sync if runner._session_db is not None else None
         agent = await runner._run_in_executor_with_context(
             build_agent, factory, session_id, db, source, runtime_kwargs)
         runner._release_agents(cache.put(session_key, agent, signature, live or 0, session_id,

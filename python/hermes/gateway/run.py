@@ -255,7 +255,7 @@ class GatewayRunner:
         if self._session_db is None:
             return None
         try:
-            return self._session_db._db.message_count(session_id)
+            return self._session_db.sync.message_count(session_id)
         except Exception:
             logger.warning("cannot read the message count of %s", session_id, exc_info=True)
             return None
@@ -263,11 +263,11 @@ class GatewayRunner:
     def _commits_cheaply(self) -> bool:
         """Whether a commit costs less than a thread hop: at ``synchronous=NORMAL`` it is a
         write to the page cache (tens of microseconds), at FULL it waits for an fsync."""
-        return self._session_db is not None and self._session_db._db.synchronous == "NORMAL"
+        return self._session_db is not None and self._session_db.sync.synchronous == "NORMAL"
 
     def _own_appends(self, session_id: str) -> int | None:
         """Rows this process has written to the session (``None`` without a database)."""
-        return None if self._session_db is None else self._session_db._db.own_appends(session_id)
+        return None if self._session_db is None else self._session_db.sync.own_appends(session_id)
 
     async def _refresh_agent_cache_message_count(self, session_key: str,
                                                  session_id: str | None) -> None:
@@ -338,7 +338,7 @@ class GatewayRunner:
         if self._executor is not None:
             self._executor.shutdown(wait=False)
         if self._session_db is not None:
-            self._session_db._db.close()
+            self._session_db.sync.close()
 
     def _home(self) -> Path:
         return _hermes_home if _hermes_home is not None else hermes_home()

@@ -189,7 +189,7 @@ class SessionStore:
     """
 
     def __init__(self, db: SessionDB, config: GatewayConfig | None = None, scope: str = "") -> None:
-        self._db = db
+        self._state_db = db
         self._config = config or GatewayConfig()
         self._scope = scope
         self._lock = threading.Lock()
@@ -212,7 +212,7 @@ class SessionStore:
     def _read_entries(self, skip: set[str]) -> dict[str, SessionEntry]:
         """The database's routing entries, less the keys in ``skip``."""
         entries: dict[str, SessionEntry] = {}
-        for key, text in self._db.load_routing_entries(self._scope).items():
+        for key, text in self._state_db.load_routing_entries(self._scope).items():
             if key in skip:
                 continue
             try:
@@ -221,7 +221,7 @@ class SessionStore:
                 # One unreadable entry must not take every conversation down; its chat
                 # starts a new conversation, which overwrites the entry.
                 logger.warning("ignoring unreadable routing entry %r in %s: %s", key,
-                               self._db.db_path, exc)
+                               self._state_db.db_path, exc)
         return entries
 
     def _persist(self, keys: Iterable[str]) -> None:
@@ -232,7 +232,7 @@ class SessionStore:
                 entry = entries.get(key)
                 self._unsaved.discard(key)
             if entry is not None:
-                self._db.save_routing_entry(key, entry.to_json(), self._scope)
+                self._state_db.save_routing_entry(key, entry.to_json(), self._scope)
 
     def session_key(self, source: SessionSource) -> str:
         return build_session_key(source, self._config.group_sessions_per_user,
@@ -269,13 +269,13 @@ class SessionStore:
             display_name=source.chat_name or source.user_name,
         )
         # The sessions row first: routing must never point at a session that does not exist.
-        self._db.create_session(
+        self._state_db.create_session(
             entry.session_id, source=source.platform.value, user_id=source.user_id,
             session_key=key, chat_id=source.chat_id, chat_type=source.chat_type,
             thread_id=source.thread_id, display_name=entry.display_name,
             origin_json=json.dumps(source.to_dict(), ensure_ascii=False),
         )
-        self._db.save_routing_entry(key, entry.to_json(), self._scope)
+        self._state_db.save_routing_entry(key, entry.to_json(), self._scope)
         entries = self._loaded()
         with self._lock:
             entries[key] = entry
@@ -284,18 +284,18 @@ class SessionStore:
 
     def load_transcript(self, session_id: str) -> list[dict[str, Any]]:
         """The conversation in ``state.db`` order, including ``session_meta`` marker rows."""
-        return self._db.get_messages_as_conversation(session_id)
+        return self._state_db.get_messages_as_conversation(session_id)
 
     def append_to_transcript(self, session_id: str, message: Mapping[str, Any],
                              skip_db: bool = False) -> None:
         """Write one message row; ``skip_db`` (the agent already wrote it) writes nothing."""
         if skip_db:
             return
-        self._db.append_message(session_id, message.get("role") or "unknown",
+        self._state_db.append_message(session_id, message.get("role") or "unknown",
                                 **_message_row(message))
 
     def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
-        return self._db.has_platform_message_id(session_id, platform_message_id)
+        return self._state_db.has_platform_message_id(session_id, platform_message_id)
 
     def update_session(self, session_key: str, last_prompt_tokens: int | None = None) -> None:
         """Record activity after a turn (``updated_at`` drives the crash-resume window).
@@ -340,7 +340,7 @@ class SessionStore:
             old = self._loaded().get(session_key)
             if old is None:
                 return None
-            self._db.end_session(old.session_id, "new_session")
+            self._state_db.end_session(old.session_id, "new_session")
             # Entries written by other gateway versions may lack an origin.
             source = old.origin or SessionSource(old.platform or Platform.LOCAL, "")
             return self._create(session_key, source)
