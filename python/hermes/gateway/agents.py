@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from hermes.gateway.agent_cache import agent_signature
 from hermes.gateway.plugins import load_dotted
-from hermes.gateway.session import SessionSource
+from hermes.gateway.events import SessionSource
 
 if TYPE_CHECKING:
     from hermes.gateway.run import GatewayRunner

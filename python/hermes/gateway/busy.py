@@ -19,7 +19,7 @@ import contextvars
 from collections import deque
 from dataclasses import dataclass, field
 
-from hermes.gateway.platforms.base import MessageEvent
+from hermes.gateway.events import MessageEvent
 
 class _Pending:
     """The slot is claimed but the turn's agent is not built yet."""

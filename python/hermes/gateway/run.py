@@ -10,6 +10,7 @@
 ``resume``          notes for conversations whose turn a shutdown or crash cut off
 ``shutdown``        the bounded phases of ``stop()``
 ``session``         session keys, routing entries and transcripts in ``state.db``
+``events``          the types exchanged with adapters (``MessageEvent``, ``SessionSource``, ...)
 ``executor``        the daemon worker threads turns run on
 ==================  ==========================================================================
 
@@ -35,17 +36,13 @@ from hermes.gateway import agents, shutdown, turn
 from hermes.gateway.agent_cache import AgentCache, CacheEntry
 from hermes.gateway.busy import PENDING, MessageQueues, RunGenerations
 from hermes.gateway.config import GatewayConfig, Platform, load_gateway_config
+from hermes.gateway.events import MessageEvent, SessionSource
 from hermes.gateway.executor import DaemonThreadPool
 from hermes.gateway.hooks import HookRegistry
 from hermes.gateway.platforms import create_adapter
-from hermes.gateway.platforms.base import BasePlatformAdapter, MessageEvent
+from hermes.gateway.platforms.base import BasePlatformAdapter
 from hermes.gateway.resume import mark_if_unclean_boot
-from hermes.gateway.session import (
-    AsyncSessionStore,
-    SessionSource,
-    SessionStore,
-    build_session_key,
-)
+from hermes.gateway.session import AsyncSessionStore, SessionStore, build_session_key
 from hermes.paths import hermes_home
 from hermes.state import AsyncSessionDB, SessionDB
 

@@ -20,15 +20,19 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from hermes.errors import HermesError
 from hermes.gateway.config import GatewayConfig, Platform
+from hermes.gateway.events import SessionSource
 
 if TYPE_CHECKING:
     from hermes.state import SessionDB
+
+__all__ = ["ACTIVITY_WRITE_DELAY", "AsyncSessionStore", "SessionEntry", "SessionSource",
+           "SessionStore", "build_session_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,29 +42,6 @@ _T = TypeVar("_T")
 SESSION_KEY_NAMESPACE = "agent:main"
 #: Seconds a turn's activity bookkeeping may wait in memory before it is written.
 ACTIVITY_WRITE_DELAY = 1.0
-
-
-@dataclass(frozen=True)
-class SessionSource:
-    """Where a message came from: enough to route the reply and to key the conversation."""
-
-    platform: Platform
-    chat_id: str
-    chat_type: str = "dm"  # "dm", "group", "channel" or "thread"
-    user_id: str | None = None
-    user_name: str | None = None
-    thread_id: str | None = None
-    chat_name: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "platform": self.platform.value}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SessionSource:
-        """Ignores keys it does not know (entries written by other gateway versions)."""
-        known = {f.name for f in fields(cls)} - {"platform"}
-        return cls(platform=Platform(data["platform"]),
-                   **{k: v for k, v in data.items() if k in known})
 
 
 def build_session_key(

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hermes.errors import HermesError, WriterBusyError
-from hermes.gateway.platforms.base import MessageEvent
+from hermes.gateway.events import MessageEvent
 from hermes.gateway.session import SessionStore
 
 logger = logging.getLogger(__name__)

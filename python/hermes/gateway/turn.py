@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from hermes.errors import HermesError, WriterBusyError
 from hermes.gateway import busy, commands, resume, transcript
-from hermes.gateway.platforms.base import MessageEvent
-from hermes.gateway.session import SessionEntry, SessionSource, SessionStore
+from hermes.gateway.events import MessageEvent, SessionSource
+from hermes.gateway.session import SessionEntry, SessionStore
 from hermes.state import writes_without_waiting
 
 if TYPE_CHECKING:

@@ -5,38 +5,21 @@ the runner's handler (``set_message_handler``). The handler returns the reply te
 when there is nothing to say. Push platforms (chat bots) call ``handle_message``, which sends
 the reply with ``send``; request/response platforms (the HTTP api_server) call ``dispatch`` and
 put the reply in their response instead.
+
+The event types themselves belong to the gateway core (``hermes.gateway.events``); they are
+re-exported here so that an adapter finds its whole contract in one module.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from hermes.gateway.config import Platform, PlatformConfig
-from hermes.gateway.session import SessionSource
+from hermes.gateway.events import MessageEvent, MessageHandler, SendResult
 
-
-@dataclass
-class MessageEvent:
-    """One inbound message, normalised; ``message_id`` is the platform's own id (for dedupe)."""
-
-    text: str
-    source: SessionSource
-    message_id: str | None = None
-
-
-@dataclass(frozen=True)
-class SendResult:
-    """What a send achieved; adapters report failures here instead of raising."""
-
-    success: bool
-    message_id: str | None = None
-    error: str | None = None
-
-
-MessageHandler = Callable[[MessageEvent], Awaitable["str | None"]]
+__all__ = ["BasePlatformAdapter", "MessageEvent", "MessageHandler", "SendResult"]
 
 
 class BasePlatformAdapter(ABC):
