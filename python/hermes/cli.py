@@ -11,7 +11,7 @@
     hermes sessions recover
 
 Settings come from ``$HERMES_HOME/config.yaml``, then the environment, then these flags
-(see ``hermes.config``). ``show`` and ``export`` take a session id, or the conversation id an
+(``hermes.config`` documents every key and variable). ``show`` and ``export`` take a session id, or the conversation id an
 api_server client used (``X-Hermes-Session-Id``) or a chat's session key, and then pick that
 conversation's newest session.
 
@@ -194,9 +194,9 @@ def _gateway_config(
     """The gateway's configuration with ``platform`` enabled and given ``extra`` settings;
     with ``only``, every other platform off (a terminal chat must not also open the port
     of a gateway that may be running beside it)."""
-    from hermes.gateway.config import Platform, PlatformConfig, load_gateway_config
+    from hermes.gateway.config import Platform, PlatformConfig
 
-    gateway_config = load_gateway_config()
+    gateway_config = config.gateway
     chosen = Platform(platform)
     configured = gateway_config.platforms.get(chosen, PlatformConfig())
     platforms = {} if only else dict(gateway_config.platforms)

@@ -1,60 +1,118 @@
-"""Settings for the agent, its tools, the api_server and the CLI.
+"""Every setting of hermes — the agent, its tools, the api_server, the gateway, the CLI — and
+the one loader that reads them.
 
-Three layers, later ones winning: ``$HERMES_HOME/config.yaml``, then environment variables,
-then command-line flags (passed in as ``overrides``). ``HERMES_HOME`` is resolved on every
-call, so a test or a second profile only has to change the environment.
+``load_config()`` reads three layers, later ones winning key by key: ``$HERMES_HOME/config.yaml``,
+then the environment variables below, then flags (passed in as ``overrides``, dotted keys such
+as ``"api_server.port"``; a ``None`` value is a flag not given). ``HERMES_HOME`` is resolved on
+every call, so a test or a second profile only has to change the environment. The gateway's
+part is ``load_config().gateway`` (``hermes.gateway.config.load_gateway_config`` returns it).
 
-``config.yaml`` (every key optional)::
+``config.yaml`` (every key optional; a value shown is its default unless its comment
+names another)::
 
+    state_db: ~/.hermes/state.db   # the session database of the gateway and the CLI
+                                   # (default: $HERMES_HOME/state.db)
     model:
-      name: gpt-4o-mini            # the model the agent asks for
-      base_url: http://127.0.0.1:11434/v1   # any OpenAI-compatible endpoint
-      api_key: sk-...
+      name: gpt-4o-mini            # the model to ask for (default: none; needed with an endpoint)
+      base_url: http://127.0.0.1:11434/v1   # any OpenAI-compatible endpoint (default: none,
+                                            # the agent runs offline)
+      api_key: sk-...              # the endpoint's key (default: none)
       timeout: 120                 # seconds per request
       max_retries: 2               # on 429 and 5xx, with the client's backoff
-      context_length: 32768        # overrides the built-in table
+      context_length: 32768        # overrides the built-in table (default: none)
     agent:
       max_iterations: 20           # model calls per turn
-      system_prompt: You are ...
+      system_prompt: You are ...   # (default: none)
     tools:
       terminal:
         enabled: false             # the shell tool runs commands on this machine
-        timeout: 60
+        timeout: 60                # seconds per command
         max_output_bytes: 65536
-        cwd: /srv/work
+        cwd: /srv/work             # (default: the gateway's working directory)
     api_server:
       host: 127.0.0.1
       port: 8642
-      key: change-me               # required for a non-loopback host
+      key: change-me               # bearer token (default: none; needed off loopback)
       max_body_bytes: 1048576
       model_name: hermes-agent     # the id /v1/models advertises
-    state_db: /var/lib/hermes/state.db
+    gateway:
+      busy_policy: queue           # or "interrupt": a new message also stops the running turn
+      agent_cache_size: 128        # cached agents (one per conversation), least recent out
+      agent_idle_ttl: 3600         # seconds an unused cached agent is kept
+      agent_sweep_interval: 60     # seconds between sweeps of idle cached agents
+      max_concurrent_turns: 64     # worker threads running turns; more turns wait
+      drain_timeout: 30            # seconds running turns get to finish on shutdown
+      interrupt_grace: 5           # seconds interrupted turns get to stop after that
+      cleanup_timeout: 10          # bound on each step of tearing one agent down
+      notify_timeout: 5            # bound on one shutdown notice and one adapter disconnect
+      resume_recent_window: 120    # after an unclean exit, conversations active this many
+                                   # seconds before it get a resume note
+      resume_freshness: 3600       # resume notes only for interruptions this recent (0: any)
+      group_sessions_per_user: true    # a group chat is one conversation per participant
+      thread_sessions_per_user: false  # a thread is shared by its participants
+      agent_factory: mypkg.agents:build   # replaces hermes.agent.AIAgent (default: none)
+      synchronous: FULL            # or NORMAL: a commit survives a crash, not a power loss
+      platforms:                   # default: api_server alone, enabled
+        api_server: {enabled: true}
+        webhook:                   # a platform listed here is enabled unless it says false
+          enabled: true
+          adapter: mypkg.hooks:WebhookAdapter   # "module:Class" (default: the built-in one)
+          allowed_users: [alice]   # only these user ids (default: every user)
+          extra: {port: 9000}      # handed to the adapter as is (api_server: host, port, ...)
 
-Environment: ``HERMES_MODEL``, ``HERMES_BASE_URL`` (else ``OPENAI_BASE_URL``),
-``OPENAI_API_KEY``, ``HERMES_TERMINAL_TOOL``, ``API_SERVER_HOST``, ``API_SERVER_PORT``,
-``API_SERVER_KEY``. Sections this module does not know (the gateway's own, for instance) are
-left to their readers.
+Environment variables (each names one key; a later line wins over an earlier one)::
+
+    OPENAI_BASE_URL                 model.base_url
+    HERMES_BASE_URL                 model.base_url
+    OPENAI_API_KEY                  model.api_key
+    HERMES_MODEL                    model.name
+    HERMES_TERMINAL_TOOL            tools.terminal.enabled
+    API_SERVER_HOST                 api_server.host
+    API_SERVER_PORT                 api_server.port
+    API_SERVER_KEY                  api_server.key
+    HERMES_GATEWAY_BUSY_POLICY      gateway.busy_policy
+    HERMES_GATEWAY_DRAIN_TIMEOUT    gateway.drain_timeout
+    HERMES_GATEWAY_INTERRUPT_GRACE  gateway.interrupt_grace
+    HERMES_GATEWAY_AGENT_FACTORY    gateway.agent_factory
+    HERMES_GATEWAY_SYNCHRONOUS      gateway.synchronous
+
+A variable that is empty counts as unset (``OPENAI_API_KEY=`` leaves the file's key).
+
+Values. Booleans are ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off`` (any case)
+or a YAML boolean; anything else, the empty string included, is a ``ConfigError``. Numbers may
+be given as strings. A bad value is a ``ConfigError`` naming where it came from (the file, or
+the environment variable), the key, and what it must be. Unknown keys are an error inside
+``gateway`` (a misspelt allowlist or durability setting must not pass unnoticed), a logged
+warning in the other sections, and ignored at the top level (other programs' sections).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
 
 import yaml
 
-from hermes.errors import ConfigError
+from hermes.errors import ConfigError, InvalidSettingError
+from hermes.gateway.config import GatewayConfig, PlatformConfig
 from hermes.paths import hermes_home, state_db_path
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
+
+__all__ = [
+    "ENVIRONMENT", "OFFLINE_MODEL", "AgentConfig", "ApiServerConfig", "HermesConfig",
+    "ModelConfig", "TerminalToolConfig", "ToolsConfig", "config_path", "load_config",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -118,20 +176,24 @@ class ApiServerConfig:
 
 @dataclass(frozen=True)
 class HermesConfig:
+    """The whole configuration. ``load_config`` gives ``gateway.state_db`` the top-level
+    ``state_db``: the gateway and the CLI use one database."""
+
     model: ModelConfig = field(default_factory=ModelConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     api_server: ApiServerConfig = field(default_factory=ApiServerConfig)
-    state_db: str | None = None
+    gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    state_db: Path | None = None
 
     @property
     def db_path(self) -> Path:
         """The session database this configuration points at."""
-        return Path(self.state_db).expanduser() if self.state_db else state_db_path()
+        return self.state_db if self.state_db is not None else state_db_path()
 
 
-# Environment variable -> dotted key. Earlier names lose to later ones for the same key.
-_ENVIRONMENT: tuple[tuple[str, str], ...] = (
+#: Environment variable -> dotted key, in the order they are applied (a later one wins).
+ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("OPENAI_BASE_URL", "model.base_url"),
     ("HERMES_BASE_URL", "model.base_url"),
     ("OPENAI_API_KEY", "model.api_key"),
@@ -140,13 +202,30 @@ _ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("API_SERVER_HOST", "api_server.host"),
     ("API_SERVER_PORT", "api_server.port"),
     ("API_SERVER_KEY", "api_server.key"),
+    ("HERMES_GATEWAY_BUSY_POLICY", "gateway.busy_policy"),
+    ("HERMES_GATEWAY_DRAIN_TIMEOUT", "gateway.drain_timeout"),
+    ("HERMES_GATEWAY_INTERRUPT_GRACE", "gateway.interrupt_grace"),
+    ("HERMES_GATEWAY_AGENT_FACTORY", "gateway.agent_factory"),
+    ("HERMES_GATEWAY_SYNCHRONOUS", "gateway.synchronous"),
 )
 
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
 _TYPE_NAMES: dict[object, str] = {
-    bool: "true or false", int: "a whole number", float: "a number", str: "a string",
+    bool: "true or false (1, true, yes, on or 0, false, no, off; any case)",
+    int: "a whole number",
+    float: "a float such as 2.5",
+    str: "a string",
+    Path: "a path",
 }
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
+#: Sections whose unknown keys are errors, not warnings.
+_STRICT_SECTIONS = frozenset({"gateway"})
+#: Values a section gets for merely being listed (a platform under ``gateway.platforms``).
+_LISTED_DEFAULTS: dict[type, dict[str, object]] = {PlatformConfig: {"enabled": True}}
+#: Fields the loader fills itself, with what to write instead.
+_NOT_SETTINGS = {"gateway.state_db": "set state_db at the top level (the gateway and the CLI "
+                                     "share one database)"}
+_OVERRIDE = "a flag or override"
 
 
 def config_path() -> Path:
@@ -154,21 +233,47 @@ def config_path() -> Path:
 
 
 def load_config(overrides: Mapping[str, object] | None = None) -> HermesConfig:
-    """Read ``config.yaml``, apply the environment, then ``overrides``.
-
-    ``overrides`` maps dotted keys (``"model.name"``, ``"api_server.port"``) to values; a
-    ``None`` value means "flag not given" and is skipped. Raises ``ConfigError`` naming the
-    file and key for unreadable YAML or a value of the wrong type.
-    """
-    path = config_path()
-    raw = _read_yaml(path)
-    for variable, key in _ENVIRONMENT:
-        if os.environ.get(variable):
-            _set_dotted(raw, key, os.environ[variable])
+    """Read ``config.yaml``, apply the environment, then ``overrides`` (see the module
+    docstring). Raises ``ConfigError`` naming the file or variable and the key for unreadable
+    YAML or a bad value."""
+    document = _Document(config_path())
+    for variable, key in ENVIRONMENT:
+        value = os.environ.get(variable)
+        if value:  # empty counts as unset, as a shell's `export NAME=` means
+            document.set(key, value, f"environment variable {variable}")
     for key, override in (overrides or {}).items():
         if override is not None:
-            _set_dotted(raw, key, override)
-    return _build(HermesConfig, raw, where=str(path), prefix="")
+            document.set(key, override, _OVERRIDE)
+    config = _build(HermesConfig, document.raw, document, prefix="")
+    return dataclasses.replace(
+        config, gateway=dataclasses.replace(config.gateway, state_db=config.state_db))
+
+
+class _Document:
+    """The settings read so far, as nested mappings, and where each key's value came from."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.raw = _read_yaml(path)
+        self._origins: dict[str, str] = {}
+
+    def set(self, key: str, value: object, origin: str) -> None:
+        *parents, leaf = key.split(".")
+        node = self.raw
+        for depth, part in enumerate(parents):
+            child = node.setdefault(part, {})
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                section = ".".join(parents[: depth + 1])
+                raise ConfigError(f"{self.path}: {section} must be a mapping")
+            node = child
+        node[leaf] = value
+        self._origins[key] = origin
+
+    def where(self, key: str) -> str:
+        """Where the value of ``key`` came from: an environment variable, a flag, the file."""
+        return self._origins.get(key, str(self.path))
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -189,67 +294,112 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _set_dotted(raw: dict[str, Any], key: str, value: object) -> None:
-    *parents, leaf = key.split(".")
-    node = raw
-    for part in parents:
-        child = node.get(part)
-        if not isinstance(child, dict):
-            child = {}
-            node[part] = child
-        node = child
-    node[leaf] = value
-
-
 _T = TypeVar("_T", bound="DataclassInstance")
 
+# Resolving a dataclass's string annotations is slow; the gateway reads its settings per turn.
+_hints = functools.cache(typing.get_type_hints)
 
-def _build(cls: type[_T], raw: object, *, where: str, prefix: str) -> _T:
-    """Turn a parsed YAML mapping into the frozen dataclass ``cls``, checking every type."""
+
+def _build(cls: type[_T], raw: object, document: _Document, *, prefix: str) -> _T:
+    """The frozen dataclass ``cls`` from its section ``raw``, every value type-checked."""
+    section = prefix.rstrip(".")
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: {prefix.rstrip('.') or 'the file'} must be a mapping")
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}
+        raise ConfigError(f"{document.path}: {section or 'the file'} must be a mapping")
+    raw = {**_LISTED_DEFAULTS.get(cls, {}), **raw}
+    known = {f.name for f in dataclasses.fields(cls)} - {
+        key.removeprefix(prefix) for key in _NOT_SETTINGS if key.startswith(prefix)}
     for unknown in sorted(set(raw) - known):
-        if prefix:  # top-level sections belong to other readers too (the gateway's)
-            logger.warning("%s: ignoring unknown setting %s%s", where, prefix, unknown)
-    values: dict[str, object] = {}
-    for name in known & set(raw):
-        hint = hints[name]
-        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-            values[name] = _build(hint, raw[name], where=where, prefix=f"{prefix}{name}.")
-        else:
-            values[name] = _coerce(raw[name], hint, where=where, key=f"{prefix}{name}")
-    return cls(**values)
+        key = f"{prefix}{unknown}"
+        if key in _NOT_SETTINGS:
+            raise ConfigError(f"{document.where(key)}: {key} is not a setting; "
+                              f"{_NOT_SETTINGS[key]}")
+        if not prefix:
+            continue  # a top-level section of another program sharing the file
+        if section.split(".")[0] in _STRICT_SECTIONS:
+            raise ConfigError(f"{document.where(key)}: unknown {section} setting {unknown!r}; "
+                              f"remove it or use one of {', '.join(sorted(known))}")
+        logger.warning("%s: ignoring unknown setting %s", document.where(key), key)
+    hints = _hints(cls)
+    values = {name: _value(raw[name], hints[name], document, f"{prefix}{name}")
+              for name in known & set(raw)}
+    try:
+        return cls(**values)
+    except InvalidSettingError as exc:  # a range check of the section itself
+        raise ConfigError(f"{document.where(prefix + exc.key)}: {exc}") from None
 
 
-def _coerce(value: object, hint: object, *, where: str, key: str) -> object:
+def _value(value: object, hint: object, document: _Document, key: str) -> object:
+    """``value`` as the type ``hint`` names, or a ``ConfigError`` saying where and why."""
+    if hint is Any:
+        return value
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _build(hint, value, document, prefix=f"{key}.")
     optional = False
     if typing.get_origin(hint) in (Union, types.UnionType):
         members = [a for a in typing.get_args(hint) if a is not type(None)]
         optional = len(members) < len(typing.get_args(hint))
         hint = members[0]
-    if value is None or (optional and value == ""):
+    if value is None or (optional and value == "" and hint in _TYPE_NAMES):
         if optional:
-            return None
-        raise ConfigError(f"{where}: {key} must be set (or removed to use the default)")
+            return None  # unset (an empty text clears a scalar; never an allowlist)
+        raise ConfigError(f"{document.where(key)}: {key} must be set (or removed to use the "
+                          "default)")
+    origin = typing.get_origin(hint)
+    if origin in (Mapping, dict):
+        return _mapping(value, hint, document, key)
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise ConfigError(f"{document.where(key)}: {key} must be a list, got {value!r}")
+        item = typing.get_args(hint)[0]
+        return tuple(_value(v, item, document, f"{key}[{i}]") for i, v in enumerate(value))
+    if origin is Literal:
+        hint = str  # the section's own check names the choices
+    converted = _scalar(value, hint)
+    if converted is None:
+        expected = _TYPE_NAMES.get(hint, str(hint))
+        raise ConfigError(f"{document.where(key)}: {key} must be {expected}, got {value!r}")
+    return converted
+
+
+def _mapping(value: object, hint: object, document: _Document, key: str) -> dict[Any, object]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{document.where(key)}: {key} must be a mapping")
+    key_hint, item_hint = typing.get_args(hint)
+    result: dict[Any, object] = {}
+    for name, item in value.items():
+        if isinstance(key_hint, type) and issubclass(key_hint, Enum):
+            try:
+                name = key_hint(str(name))
+            except ValueError:
+                choices = ", ".join(str(member.value) for member in key_hint)
+                raise ConfigError(f"{document.where(key)}: unknown {key_hint.__name__.lower()} "
+                                  f"{name!r} in {key}; use one of {choices}") from None
+        label = name.value if isinstance(name, Enum) else name
+        result[name] = _value(item, item_hint, document, f"{key}.{label}")
+    return result
+
+
+def _scalar(value: object, hint: object) -> object | None:
+    """``value`` as a bool, int, float, str or Path; ``None`` when it is not one."""
+    if isinstance(value, bool):
+        return value if hint is bool else None
+    text = str(value).strip() if isinstance(value, (str, int, float)) else None
+    if text is None:
+        return None
+    if hint is bool:
+        lowered = text.lower()
+        return lowered in _TRUE if lowered in _TRUE | _FALSE else None
     try:
-        if hint is bool:
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text in _TRUE or text in _FALSE:
-                return text in _TRUE
-            raise ValueError(value)
-        if hint is int and not isinstance(value, bool):
-            return int(str(value).strip())
-        if hint is float and not isinstance(value, bool):
-            return float(str(value).strip())
-        if hint is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
+        if hint is int:
+            return int(text)
+        if hint is float:
+            return float(text)
     except ValueError:
-        pass
-    expected = _TYPE_NAMES.get(hint, str(hint))
-    raise ConfigError(f"{where}: {key} must be {expected}, got {value!r}")
+        return None
+    if hint is str:
+        return str(value)
+    if hint is Path:
+        return Path(text).expanduser()
+    return None

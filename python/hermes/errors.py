@@ -1,7 +1,8 @@
 """The exceptions hermes raises, in one hierarchy.
 
 They are defined by the Rust core (so storage failures map to them in one
-place, ``rust/src/error.rs``) and re-exported here as the public names::
+place, ``rust/src/error.rs``) and re-exported here as the public names, all but
+``InvalidSettingError``, which only Python raises::
 
     HermesError
     ├── StateDbError                 the session database failed an operation
@@ -15,6 +16,7 @@ place, ``rust/src/error.rs``) and re-exported here as the public names::
     ├── MessageEncodeError           a message could not become a row
     ├── SessionNotFoundError         unknown session id
     └── ConfigError                  bad config.yaml / environment / flags
+        └── InvalidSettingError      a setting's value fails its section's own check
 
 Every message names the file or session and says what to do.
 """
@@ -36,6 +38,7 @@ from hermes._core import (
 
 __all__ = [
     "ConfigError",
+    "InvalidSettingError",
     "CorruptDatabaseError",
     "DatabaseClosedError",
     "DatabaseLockedError",
@@ -48,3 +51,13 @@ __all__ = [
     "StateDbError",
     "WriterBusyError",
 ]
+
+
+class InvalidSettingError(ConfigError):
+    """A setting's value fails the check of the settings object it belongs to (a range, a
+    choice). ``key`` names the setting within that object, so that the configuration loader
+    can say where the value came from (the file or an environment variable)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key

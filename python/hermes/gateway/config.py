@@ -1,43 +1,26 @@
 """What the gateway runner is configured with: platforms, the agent cache, shutdown bounds.
 
 ``GatewayConfig()`` with no arguments is a working configuration (the api_server platform on
-loopback, the built-in agent), so tests and embedders only name what they change. The model
-settings (name, endpoint, key) are not here: they belong to ``hermes.config`` and are read per
-agent build by ``hermes.gateway.run._resolve_runtime_agent_kwargs``, so a key never sits in
-this object (which is logged) and an edited ``config.yaml`` reaches the next agent.
+loopback, the built-in agent), so tests and embedders only name what they change. Every
+setting is checked when the object is made (``InvalidSettingError`` names the setting and the
+fix). The model settings (name, endpoint, key) are not here: they are read per agent build by
+``hermes.gateway.run._resolve_runtime_agent_kwargs``, so a key never sits in this object
+(which is logged) and an edited ``config.yaml`` reaches the next agent.
 
-``config.yaml``, section ``gateway`` (every key optional)::
-
-    gateway:
-      busy_policy: queue           # or "interrupt": a new message stops the running turn
-      agent_cache_size: 128        # cached agents (one per conversation), least recent out
-      agent_idle_ttl: 3600         # seconds an unused cached agent is kept
-      drain_timeout: 30            # seconds running turns get to finish on shutdown
-      interrupt_grace: 5           # seconds interrupted turns get to stop after that
-      agent_factory: mypkg.agents:build   # replaces hermes.agent.AIAgent
-      synchronous: FULL            # or NORMAL: a commit survives a crash, not a power loss
-      platforms:
-        api_server: {enabled: true}
-        webhook: {enabled: true, adapter: "mypkg.hooks:WebhookAdapter",
-                  allowed_users: ["alice"], extra: {port: 9000}}
-
-Environment: ``HERMES_GATEWAY_BUSY_POLICY``, ``HERMES_GATEWAY_DRAIN_TIMEOUT``,
-``HERMES_GATEWAY_INTERRUPT_GRACE``, ``HERMES_GATEWAY_AGENT_FACTORY``,
-``HERMES_GATEWAY_SYNCHRONOUS`` override the file.
+The ``gateway`` section of ``config.yaml`` and its environment variables are read by the one
+loader, ``hermes.config``, whose docstring documents every key; ``load_gateway_config()``
+returns its gateway part.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
-from hermes.config import _read_yaml, config_path
-from hermes.errors import ConfigError
+from hermes.errors import InvalidSettingError
 from hermes.state import Synchronous
 
 
@@ -115,7 +98,8 @@ class GatewayConfig:
     thread_sessions_per_user: bool = False
     #: "module:callable" building agents instead of ``hermes.agent.AIAgent``.
     agent_factory: str | None = None
-    #: The session database; ``None``: ``state_db`` of config.yaml, else $HERMES_HOME/state.db.
+    #: The session database (``load_config`` puts config.yaml's top-level ``state_db`` here);
+    #: ``None``: $HERMES_HOME/state.db.
     state_db: Path | None = None
     #: "FULL": every commit is fsync'd (survives power loss); "NORMAL": not, so it survives
     #: a crash of the process but may lose the last commits on power loss. At NORMAL a first
@@ -146,95 +130,14 @@ class GatewayConfig:
 
 def _check(ok: bool, key: str, value: object, fix: str) -> None:
     if not ok:
-        raise ConfigError(f"gateway setting {key}={value!r} is invalid: {fix}")
+        raise InvalidSettingError(key, f"gateway setting {key}={value!r} is invalid: {fix}")
 
 
-_ENVIRONMENT: tuple[tuple[str, str], ...] = (
-    ("HERMES_GATEWAY_BUSY_POLICY", "busy_policy"),
-    ("HERMES_GATEWAY_DRAIN_TIMEOUT", "drain_timeout"),
-    ("HERMES_GATEWAY_INTERRUPT_GRACE", "interrupt_grace"),
-    ("HERMES_GATEWAY_AGENT_FACTORY", "agent_factory"),
-    ("HERMES_GATEWAY_SYNCHRONOUS", "synchronous"),
-)
+def load_gateway_config() -> GatewayConfig:
+    """The gateway's part of ``hermes.config.load_config()`` (config.yaml, then environment).
 
-
-def load_gateway_config(path: Path | None = None) -> GatewayConfig:
-    """Read the ``gateway`` section of ``config.yaml`` (default: under $HERMES_HOME), then env.
-
-    Raises ``ConfigError`` naming the file, the key and the fix for any bad value.
+    Raises ``ConfigError`` naming the file or variable, the key and the fix for a bad value.
     """
-    where = path or config_path()
-    document = _read_yaml(where)
-    section = document.get("gateway") or {}
-    if not isinstance(section, dict):
-        raise ConfigError(f"{where}: the gateway section must be a mapping of settings")
-    raw: dict[str, Any] = dict(section)
-    for variable, key in _ENVIRONMENT:
-        if os.environ.get(variable):
-            raw[key] = os.environ[variable]
-    if document.get("state_db") and "state_db" not in raw:
-        raw["state_db"] = document["state_db"]
-    try:
-        return _from_mapping(raw, where)
-    except ConfigError as exc:
-        raise ConfigError(f"{where}: {exc}") from exc
+    from hermes.config import load_config  # hermes.config imports this module for its types
 
-
-def _from_mapping(raw: dict[str, Any], where: Path) -> GatewayConfig:
-    known = {f.name: f for f in dataclasses.fields(GatewayConfig)}
-    unknown = sorted(set(raw) - set(known))
-    if unknown:
-        raise ConfigError(f"unknown gateway setting(s) {', '.join(unknown)}; remove or fix them")
-    values: dict[str, Any] = {}
-    for name, value in raw.items():
-        if name == "platforms":
-            values[name] = _platforms(value)
-        elif name == "state_db":
-            values[name] = Path(str(value)).expanduser()
-        else:
-            values[name] = _scalar(name, value, type(getattr(GatewayConfig(), name)))
-    return GatewayConfig(**values)
-
-
-def _scalar(name: str, value: object, kind: type) -> object:
-    if value is None:
-        return None
-    try:
-        if kind is bool:
-            text = str(value).strip().lower()
-            if text not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
-                raise ValueError(value)
-            return text in ("1", "true", "yes", "on")
-        if kind in (int, float):
-            return kind(str(value).strip())
-    except ValueError:
-        raise ConfigError(f"{name} must be a {kind.__name__}, got {value!r}") from None
-    return str(value)
-
-
-def _platforms(value: object) -> dict[Platform, PlatformConfig]:
-    if not isinstance(value, dict):
-        raise ConfigError("platforms must map platform names to settings")
-    names = ", ".join(p.value for p in Platform)
-    result: dict[Platform, PlatformConfig] = {}
-    for name, settings in value.items():
-        try:
-            platform = Platform(str(name))
-        except ValueError:
-            raise ConfigError(f"unknown platform {name!r}; use one of {names}") from None
-        settings = settings or {}
-        if not isinstance(settings, dict):
-            raise ConfigError(f"platforms.{name} must be a mapping")
-        users = settings.get("allowed_users")
-        extra = settings.get("extra") or {}
-        if users is not None and not isinstance(users, list):
-            raise ConfigError(f"platforms.{name}.allowed_users must be a list of user ids")
-        if not isinstance(extra, dict):
-            raise ConfigError(f"platforms.{name}.extra must be a mapping")
-        result[platform] = PlatformConfig(
-            enabled=bool(_scalar(f"platforms.{name}.enabled", settings.get("enabled", True), bool)),
-            adapter=settings.get("adapter"),
-            allowed_users=None if users is None else tuple(str(u) for u in users),
-            extra=extra,
-        )
-    return result
+    return load_config().gateway
