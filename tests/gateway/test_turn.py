@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 from support import scripted_agent
-from support.events import RECORDING, RunnerFactory, event
+from support.events import (
+    RECORDING,
+    RunnerFactory,
+    current_session_id,
+    event,
+    runner_db,
+)
 
 from hermes.errors import HermesError
 from hermes.gateway import turn
@@ -22,20 +28,9 @@ from hermes.state import SessionDB
 pytestmark = pytest.mark.asyncio
 
 
-def _db(runner: GatewayRunner) -> SessionDB:
-    assert runner._session_db is not None
-    db: SessionDB = runner._session_db.sync
-    return db
-
-
-def _session_id(runner: GatewayRunner, chat_id: str = "42") -> str:
-    entry = runner.session_store.get_entry(runner._session_key_for(event("", chat_id).source))
-    assert entry is not None
-    return entry.session_id
-
-
 def _roles(runner: GatewayRunner, chat_id: str = "42") -> list[str]:
-    return [m["role"] for m in _db(runner).get_messages_as_conversation(_session_id(runner, chat_id))]
+    session_id = current_session_id(runner, chat_id)
+    return [m["role"] for m in runner_db(runner).get_messages_as_conversation(session_id)]
 
 
 async def _wait_for(path: Path, timeout: float = 5.0) -> None:
@@ -51,9 +46,9 @@ async def test_first_turn_writes_meta_and_turn_two_reuses_the_agent(make_runner:
     reply = await runner._handle_message(event("hello"))
     assert reply == "echo: hello [history=0]"
     assert _roles(runner) == ["user", "assistant", "session_meta"]  # meta follows the turn
-    sid = _session_id(runner)
+    sid = current_session_id(runner)
     key = runner._session_key_for(event("").source)
-    assert runner._agent_cache[key][2] == _db(runner).message_count(sid) == 3
+    assert runner._agent_cache[key][2] == runner_db(runner).message_count(sid) == 3
 
     assert await runner._handle_message(event("again")) == "echo: again [history=2]"
     assert scripted_agent.BUILDS == [sid]  # turn 2 reused the cached agent
@@ -64,7 +59,7 @@ async def test_session_meta_row_says_what_the_transcript_was_made_with(
         make_runner: RunnerFactory) -> None:
     runner = await make_runner()
     await runner._handle_message(event("hello"))
-    meta = [m for m in _db(runner).get_messages_as_conversation(_session_id(runner))
+    meta = [m for m in runner_db(runner).get_messages_as_conversation(current_session_id(runner))
             if m["role"] == "session_meta"]
     assert len(meta) == 1
     assert meta[0]["content"]["platform"] == "local"
@@ -74,8 +69,8 @@ async def test_session_meta_row_says_what_the_transcript_was_made_with(
 async def test_foreign_write_rebuilds_the_agent_once(make_runner: RunnerFactory) -> None:
     runner = await make_runner()
     await runner._handle_message(event("one"))
-    sid = _session_id(runner)
-    other = SessionDB(_db(runner).db_path)  # another process's connection
+    sid = current_session_id(runner)
+    other = SessionDB(runner_db(runner).db_path)  # another process's connection
     other.append_message(sid, "user", "written elsewhere")
     other.append_message(sid, "assistant", "answered elsewhere")
     other.close()
@@ -105,9 +100,9 @@ async def test_busy_conversation_queues_and_never_runs_concurrently(
     replies = await asyncio.gather(first, *followers)
     assert replies[0].startswith("echo: sleep:0.3")
     assert [r.split(" [")[0] for r in replies[1:]] == [f"echo: m{i}" for i in range(5)]
-    sid = _session_id(runner)
+    sid = current_session_id(runner)
     assert scripted_agent.MAX_CONCURRENT_PER_SESSION[sid] == 1
-    users = [m["content"] for m in _db(runner).get_messages_as_conversation(sid)
+    users = [m["content"] for m in runner_db(runner).get_messages_as_conversation(sid)
              if m["role"] == "user"]
     assert users == ["sleep:0.3"] + [f"m{i}" for i in range(5)]
     assert not runner._running_agents and not runner._pending_messages
@@ -136,10 +131,10 @@ async def test_stop_command_disowns_the_running_turn(make_runner: RunnerFactory)
 async def test_new_command_starts_a_new_session(make_runner: RunnerFactory) -> None:
     runner = await make_runner()
     await runner._handle_message(event("one"))
-    old = _session_id(runner)
+    old = current_session_id(runner)
     assert await runner._handle_message(event("/new")) == "Started a new conversation."
-    assert _session_id(runner) != old
-    assert _db(runner).get_session(old)["end_reason"] == "new_session"
+    assert current_session_id(runner) != old
+    assert runner_db(runner).get_session(old)["end_reason"] == "new_session"
     assert await runner._handle_message(event("two")) == "echo: two [history=0]"
     assert len(scripted_agent.BUILDS) == 2  # the old session's agent was not reused
 
@@ -177,8 +172,8 @@ async def test_gateway_writes_turn_the_agent_did_not_persist(make_runner: Runner
     runner._run_agent = unpersisted  # type: ignore[method-assign]
     await runner._handle_message(event("hi", message_id="p-1"))
     await runner._handle_message(event("hi", message_id="p-1"))  # the platform redelivers
-    sid = _session_id(runner)
-    rows = _db(runner).get_messages(sid)
+    sid = current_session_id(runner)
+    rows = runner_db(runner).get_messages(sid)
     assert [r["role"] for r in rows] == ["session_meta", "user", "assistant", "assistant"]
     assert rows[1]["platform_message_id"] == "p-1"
 
@@ -276,7 +271,7 @@ async def test_only_turns_that_cannot_wait_on_the_database_run_on_the_loop(
 async def test_at_normal_a_first_turn_commits_its_session_meta_on_the_loop(
         make_runner: RunnerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     runner = await make_runner(synchronous="NORMAL")
-    assert _db(runner).synchronous == "NORMAL"
+    assert runner_db(runner).synchronous == "NORMAL"
     loop_thread = threading.current_thread()
     on_loop: list[bool] = []
     original = runner.session_store.append_to_transcript
@@ -289,9 +284,9 @@ async def test_at_normal_a_first_turn_commits_its_session_meta_on_the_loop(
 
     await runner._handle_message(event("one"))
     assert on_loop == [True]  # the session_meta row, committed on the loop
-    sid = _session_id(runner)
+    sid = current_session_id(runner)
     key = runner._session_key_for(event("").source)
-    assert runner._agent_cache[key][2] == _db(runner).message_count(sid) == 3
+    assert runner._agent_cache[key][2] == runner_db(runner).message_count(sid) == 3
 
 
 async def test_a_first_turn_never_waits_on_the_loop_for_another_writer(
@@ -308,7 +303,7 @@ async def test_a_first_turn_never_waits_on_the_loop_for_another_writer(
     async def run_then_lock(*args: Any, **kwargs: Any) -> dict[str, Any]:
         result = await run_agent(*args, **kwargs)  # the agent has written its rows
         # Another process: SQLite's locks are per process, so it must be one to be seen.
-        await asyncio.to_thread(lock.enter_context, hold_write_lock(_db(runner).db_path))
+        await asyncio.to_thread(lock.enter_context, hold_write_lock(runner_db(runner).db_path))
         return result
     monkeypatch.setattr(runner, "_run_agent", run_then_lock)
     meta_writes: list[tuple[bool, str]] = []
@@ -337,6 +332,6 @@ async def test_a_first_turn_never_waits_on_the_loop_for_another_writer(
     assert await turn_task == "echo: hello [history=0]"
     assert meta_writes == [(True, "WriterBusyError"), (False, "written")]
     assert _roles(runner) == ["user", "assistant", "session_meta"]
-    sid = _session_id(runner)
+    sid = current_session_id(runner)
     key = runner._session_key_for(event("").source)
-    assert runner._agent_cache[key][2] == _db(runner).message_count(sid) == 3
+    assert runner._agent_cache[key][2] == runner_db(runner).message_count(sid) == 3

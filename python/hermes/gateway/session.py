@@ -179,6 +179,11 @@ class SessionStore:
         self._unsaved: set[str] = set()
         self._activity_timer: threading.Timer | None = None
 
+    @property
+    def state_db(self) -> SessionDB:
+        """The database the routing and the transcripts live in."""
+        return self._state_db
+
     def _loaded(self) -> dict[str, SessionEntry]:
         """The entries in memory, read from the database on first use. Never call it while
         holding ``_lock`` (it may take ``_write_lock``)."""
@@ -256,6 +261,11 @@ class SessionStore:
             thread_id=source.thread_id, display_name=entry.display_name,
             origin_json=json.dumps(source.to_dict(), ensure_ascii=False),
         )
+        return self._install(key, entry)
+
+    def _install(self, key: str, entry: SessionEntry) -> SessionEntry:
+        """Write ``entry`` as the key's routing, then serve it from memory. Hold
+        ``_write_lock``."""
         self._state_db.save_routing_entry(key, entry.to_json(), self._scope)
         entries = self._loaded()
         with self._lock:
@@ -325,6 +335,28 @@ class SessionStore:
             # Entries written by other gateway versions may lack an origin.
             source = old.origin or SessionSource(old.platform or Platform.LOCAL, "")
             return self._create(session_key, source)
+
+    def switch_session(self, session_key: str, session_id: str,
+                       source: SessionSource) -> SessionEntry:
+        """Make an existing session the key's current conversation (``/resume``): the one it
+        leaves is ended (``resumed_other``), the one it takes up is reopened. A key without
+        an entry gets one."""
+        with self._write_lock:
+            old = self._loaded().get(session_key)
+            if old is not None and old.session_id == session_id:
+                return old
+            if old is not None:
+                self._state_db.end_session(old.session_id, "resumed_other")
+            self._state_db.reopen_session(session_id)
+            now = datetime.now()
+            entry = SessionEntry(
+                session_key=session_key, session_id=session_id, created_at=now, updated_at=now,
+                platform=source.platform, chat_type=source.chat_type,
+                origin=old.origin if old is not None and old.origin else source,
+                display_name=old.display_name if old is not None else
+                source.chat_name or source.user_name,
+            )
+            return self._install(session_key, entry)
 
     def mark_resume_pending(self, session_key: str, reason: str) -> bool:
         """Flag the key's conversation as cut off mid-turn; ``False`` if the key is unknown."""

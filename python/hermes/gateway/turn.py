@@ -54,10 +54,10 @@ async def handle_message(runner: GatewayRunner, event: MessageEvent) -> str | No
                        source.user_id, source.platform.value)
         return None
     session_key = runner._session_key_for(source)
-    command = commands.parse(event.text)
-    if command is not None:
+    invocation = commands.parse(event.text)
+    if invocation is not None:
         # Commands act on a running turn, so they never wait behind it.
-        return await commands.execute(runner, command, session_key)
+        return await commands.execute(runner, invocation, source, session_key)
     if runner._draining:
         return STOPPING_NOTICE
     item = busy.enqueue(runner._pending_messages, session_key, event)
