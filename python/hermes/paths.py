@@ -20,3 +20,8 @@ def state_db_path() -> Path:
 def recovery_dir() -> Path:
     """Where unwritten messages are spooled after repeated flush failures."""
     return hermes_home() / "sessions"
+
+
+def chat_history_path() -> Path:
+    """The lines typed into ``hermes chat``, for the Up arrow of the next chat."""
+    return hermes_home() / "chat_history"

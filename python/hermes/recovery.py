@@ -19,7 +19,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -203,19 +203,23 @@ class RecoveryReport:
         return sum(self.imported.values())
 
 
-def recover_all(db: SessionDB, directory: Path | None = None) -> RecoveryReport:
+def recover_all(db: SessionDB, directory: Path | None = None,
+                progress: Callable[[int, int], None] | None = None) -> RecoveryReport:
     """Imports every session's spool under ``directory`` (default
-    ``$HERMES_HOME/sessions``). Running it again writes nothing."""
+    ``$HERMES_HOME/sessions``), calling ``progress(files done, files)`` after each file.
+    Running it again writes nothing."""
     report = RecoveryReport()
     root = directory or recovery_dir()
     if not root.is_dir():
         return report
-    spools = {root / path.name.removesuffix(_CLAIMED)
-              for path in root.iterdir()
-              if path.name.endswith((_SUFFIX, _SUFFIX + _CLAIMED))}
-    for path in sorted(spools):
+    spools = sorted({root / path.name.removesuffix(_CLAIMED)
+                     for path in root.iterdir()
+                     if path.name.endswith((_SUFFIX, _SUFFIX + _CLAIMED))})
+    for done, path in enumerate(spools, 1):
         try:
             report.imported[str(path)] = import_spool(db, path)
         except (HermesError, OSError) as exc:
             report.failed[str(path)] = f"{type(exc).__name__}: {exc}"
+        if progress is not None:
+            progress(done, len(spools))
     return report

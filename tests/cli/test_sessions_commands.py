@@ -1,4 +1,5 @@
-"""``hermes sessions list | show | search | export | recover`` and ``--help`` everywhere."""
+"""``hermes sessions list | show | search | export | recover`` and ``--help`` everywhere, run
+in this process (stdout is not a terminal: tables are tab-separated)."""
 
 from __future__ import annotations
 
@@ -43,16 +44,71 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+def rows(out: str) -> list[dict[str, str]]:
+    """A piped table: a header line, then one tab-separated line a row."""
+    header, *lines = out.splitlines()
+    names = header.split("\t")
+    parsed = [dict(zip(names, line.split("\t"))) for line in lines]
+    assert all(len(row) == len(names) for row in parsed), out
+    return parsed
+
+
 def test_list_shows_sessions_newest_first(db_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "sessions", "list")
     assert code == 0
-    assert "2 sessions" in out
-    assert out.index("s-local") < out.index("s-api")
-    assert "conv-1" in out and "api_server" in out
+    listed = rows(out)
+    assert [row["id"] for row in listed] == ["s-local", "s-api"]
+    assert listed[1]["chat"] == "conv-1" and listed[1]["source"] == "api_server"
+    assert listed[1]["messages"] == "5"
 
     code, out, _ = run(capsys, "sessions", "list", "--source", "local")
-    assert "s-local" in out and "s-api" not in out
+    assert [row["id"] for row in rows(out)] == ["s-local"]
+    code, out, _ = run(capsys, "sessions", "list", "--limit", "1")
+    assert [row["id"] for row in rows(out)] == ["s-local"]
+
+
+def test_list_json_is_every_column_of_every_session(
+        db_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "sessions", "list", "--json")
+    assert code == 0
+    listed = json.loads(out)
+    with SessionDB(db_path) as db:
+        assert listed == json.loads(json.dumps(db.list_sessions(), default=str))
+    assert [s["id"] for s in listed] == ["s-local", "s-api"]
+    assert listed[1]["session_key"] == "agent:main:api_server:dm:conv-1"
+
+
+def test_show_json_is_the_session_and_its_messages(
+        db_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "sessions", "show", "conv-1", "--json")
+    assert code == 0
+    shown = json.loads(out)
+    with SessionDB(db_path) as db:
+        assert shown["session"] == json.loads(json.dumps(db.get_session("s-api"), default=str))
+        assert shown["messages"] == json.loads(json.dumps(
+            db.get_messages_as_conversation("s-api"), default=str))
+    assert shown["messages"][2]["tool_calls"] == [TOOL_CALL]
+
+
+def test_search_json_is_the_hits(db_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "sessions", "search", "answer OR hello", "--json")
+    assert code == 0
+    hits = json.loads(out)
+    assert sorted(hit["session_id"] for hit in hits) == ["s-api", "s-local"]
+    assert all(">>>" in hit["snippet"] for hit in hits)
+
+
+def test_show_and_export_find_a_session_by_title(
+        db_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with SessionDB(db_path) as db:
+        db.update_session("s-local", title="Greetings")
+    code, out, _ = run(capsys, "sessions", "show", "Greetings")
+    assert code == 0
+    assert out.splitlines()[0] == "session s-local"
+    assert "title: Greetings" in out
+    code, out, _ = run(capsys, "sessions", "export", "Greetings")
+    assert [json.loads(line)["content"] for line in out.splitlines()] == ["hello there", "hi"]
 
 
 @pytest.mark.parametrize("ident", ["s-api", "conv-1", "agent:main:api_server:dm:conv-1"])
@@ -75,20 +131,20 @@ def test_show_of_an_unknown_session_says_what_to_do(db_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "sessions", "show", "nope")
     assert code == 1
-    assert "no session or conversation 'nope'" in err
+    assert err.startswith("hermes: no session, title or conversation 'nope'")
     assert "hermes sessions list" in err
+    assert err.count("\n") == 1
 
 
 def test_search_finds_and_marks_matches(db_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "sessions", "search", "answer")
     assert code == 0
-    assert "1 match for" in out
-    assert "s-api" in out and "find the answer" in out
-    assert ">>>" not in out
+    (hit,) = rows(out)
+    assert hit["session"] == "s-api" and hit["match"] == "find the answer"  # no >>> marks
 
     code, out, _ = run(capsys, "sessions", "search", "hello", "--source", "api_server")
-    assert "0 matches for" in out
+    assert rows(out) == []
 
 
 def test_a_malformed_search_is_an_error_not_a_traceback(

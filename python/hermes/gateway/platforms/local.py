@@ -5,9 +5,13 @@ stored, cached and resumed exactly like a chat from any other platform: the conv
 keyed by its name (``PlatformConfig.extra["chat"]``, ``hermes chat --session NAME``), and
 starting the same name again continues it.
 
-Input is read by a daemon thread that only prompts when the previous reply has been printed,
-so the prompt never interleaves with output, and a thread blocked in ``input()`` never holds up
-the process's exit. ``/exit``, ``/quit`` or end of input (Ctrl-D) end the chat.
+Lines are read by ``terminal_input`` (line editing and history on a terminal). On a terminal
+each line is answered while the next can already be typed, so ``/stop`` reaches a running
+reply (Ctrl-C at the prompt does the same); piped lines are answered one after the other.
+The gateway's commands (``hermes.gateway.commands``) are answered by the gateway without a
+model turn; ``/help``, ``/exit`` and ``/quit`` are answered here, and any other ``/word`` is
+refused here, never sent to the model. ``/exit``, ``/quit`` or the end of input (Ctrl-D) end
+the chat once the replies still on their way have been printed.
 """
 
 from __future__ import annotations
@@ -15,22 +19,29 @@ from __future__ import annotations
 import asyncio
 import getpass
 import logging
-import threading
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
+from hermes.gateway import commands
 from hermes.gateway.config import Platform, PlatformConfig
 from hermes.gateway.platforms.base import BasePlatformAdapter, MessageEvent, SendResult
+from hermes.gateway.platforms.terminal_input import LineReader, open_reader
 from hermes.gateway.session import SessionSource
+from hermes.paths import chat_history_path
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_CHAT = "default"
-_EXIT_COMMANDS = {"/exit", "/quit"}
+_EXIT_COMMANDS = ("/exit", "/quit")
+#: The commands this adapter answers itself, as ``/help`` lists them.
+LOCAL_USAGE = {"/exit, /quit": "end the chat (Ctrl-D too)"}
 PROMPT = "you> "
+# A line starting with a slash word ("/xyz", not "/etc/hosts") is a command.
+_COMMAND_WORD = re.compile(r"/[A-Za-z][\w-]*(@\S+)?")
 
 
 def chat_source(name: str) -> SessionSource:
@@ -55,17 +66,13 @@ class LocalAdapter(BasePlatformAdapter):
         super().__init__(config, platform)
         self.source = chat_source(str(config.extra.get("chat") or DEFAULT_CHAT))
         self.console = Console(highlight=False)
-        self._want_line = threading.Event()
-        self._lines: asyncio.Queue[str | None] = asyncio.Queue()
         self._session: asyncio.Task[None] | None = None
+        self._replies: set[asyncio.Task[None]] = set()
         self._closed = asyncio.Event()
 
     async def connect(self) -> bool:
-        loop = asyncio.get_running_loop()
-        threading.Thread(
-            target=self._read_lines, args=(loop,), name="hermes-local-input", daemon=True
-        ).start()
-        self._session = asyncio.create_task(self._converse())
+        self._session = asyncio.create_task(self._converse(open_reader(PROMPT,
+                                                                       chat_history_path())))
         return True
 
     async def disconnect(self) -> None:
@@ -87,36 +94,59 @@ class LocalAdapter(BasePlatformAdapter):
         self.console.print(message_line("hermes", content))
         return SendResult(success=True)
 
-    async def _converse(self) -> None:
+    async def _converse(self, reader: LineReader) -> None:
         try:
-            while True:
-                self._want_line.set()
-                line = await self._lines.get()
-                if line is None or line.strip() in _EXIT_COMMANDS:
-                    return
-                if not line.strip():
-                    continue
-                try:
-                    reply = await self.dispatch(MessageEvent(text=line, source=self.source))
-                except Exception as exc:  # one failed turn should not end the chat
-                    logger.exception("the gateway failed to answer")
-                    reply = f"(no answer: {exc})"
-                if reply:
-                    self.console.print(message_line("hermes", reply))
+            with reader.output_above_prompt():
+                while (line := await self._next_line(reader)) is not None:
+                    if line.strip().lower() in _EXIT_COMMANDS:
+                        break
+                    if not line.strip() or self._answered_here(line):
+                        continue
+                    reply = asyncio.create_task(self._answer(line))
+                    if not reader.interactive:
+                        await reply
+                        continue
+                    self._replies.add(reply)
+                    reply.add_done_callback(self._replies.discard)
+                if self._replies:
+                    self.console.print(Text("waiting for the reply (Ctrl-C stops it)",
+                                            style="dim"))
+                    await asyncio.gather(*self._replies)
         finally:
             self._closed.set()
 
-    def _read_lines(self, loop: asyncio.AbstractEventLoop) -> None:
+    async def _next_line(self, reader: LineReader) -> str | None:
+        """The next line typed; Ctrl-C at the prompt stops a running reply instead."""
         while True:
-            self._want_line.wait()
-            self._want_line.clear()
             try:
-                line: str | None = input(PROMPT)
-            except EOFError:
-                line = None
-            try:
-                loop.call_soon_threadsafe(self._lines.put_nowait, line)
-            except RuntimeError:  # the loop has closed: the chat is over
-                return
-            if line is None:
-                return
+                return await reader.read()
+            except KeyboardInterrupt:
+                if self._replies:
+                    await self._answer("/stop")
+                else:
+                    self.console.print(Text("(/exit or Ctrl-D ends the chat)", style="dim"))
+
+    def _answered_here(self, line: str) -> bool:
+        """Answer ``/help`` and refuse unknown commands; ``False`` for lines to dispatch."""
+        word = line.split(maxsplit=1)[0]
+        if not _COMMAND_WORD.fullmatch(word):
+            return False
+        name = word.lower().split("@", 1)[0]
+        if name == "/help":
+            self.console.print(Text(commands.help_text(LOCAL_USAGE)))
+            return True
+        if name in commands.NAMES:
+            return False
+        known = ", ".join((*commands.NAMES, *_EXIT_COMMANDS))
+        self.console.print(Text(f"unknown command {word}; the commands are {known} "
+                                "(/help says what each does)", style="red"))
+        return True
+
+    async def _answer(self, line: str) -> None:
+        try:
+            reply = await self.dispatch(MessageEvent(text=line, source=self.source))
+        except Exception as exc:  # one failed turn should not end the chat
+            logger.exception("the gateway failed to answer")
+            reply = f"(no answer: {exc})"
+        if reply:
+            self.console.print(message_line("hermes", reply))

@@ -1,0 +1,7 @@
+"""``python -m hermes.cli``: the ``hermes`` command."""
+
+import sys
+
+from hermes.cli import main
+
+sys.exit(main())

@@ -1,0 +1,186 @@
+"""``hermes sessions``: the stored conversations, read and exported from the command line.
+
+``show`` and ``export`` take a session id or title, or the conversation id an api_server
+client used (``X-Hermes-Session-Id``) or a chat's session key, and then pick that
+conversation's newest session. Option names follow hermes-agent's ``hermes sessions``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from rich.text import Text
+
+from hermes.cli import transcripts
+from hermes.cli.arguments import Commands, add_db_flag, add_json_flag, count
+from hermes.cli.configuration import open_db
+from hermes.cli.output import (
+    Column,
+    console,
+    plural,
+    print_json,
+    print_table,
+    print_text,
+    private_file,
+    progress,
+    stderr_console,
+    when,
+)
+
+_IDENT_HELP = "session id or title, api_server conversation id or session key"
+
+
+def add_commands(commands: Commands) -> None:
+    sessions = commands.add_parser("sessions", help="inspect stored conversations")
+    sessions.set_defaults(help_parser=sessions)
+    session_commands = sessions.add_subparsers(title="commands", metavar="COMMAND")
+
+    listing = session_commands.add_parser("list", help="newest sessions first")
+    listing.add_argument("--source", help="only this platform (api_server, local, ...)")
+    listing.add_argument("--limit", type=count, default=20, help="how many (default 20)")
+    add_json_flag(listing)
+    add_db_flag(listing)
+    listing.set_defaults(handler=list_sessions)
+
+    show = session_commands.add_parser("show", help="print a whole transcript")
+    show.add_argument("id", help=_IDENT_HELP)
+    add_json_flag(show)
+    add_db_flag(show)
+    show.set_defaults(handler=show_session)
+
+    search = session_commands.add_parser(
+        "search", help="full-text search over messages",
+        description='FTS5 syntax: words, "phrases", OR, NOT, prefix*.')
+    search.add_argument("query")
+    search.add_argument("--source", help="only this platform")
+    search.add_argument("--session", help="only this session id")
+    search.add_argument("--limit", type=count, default=20, help="how many hits (default 20)")
+    add_json_flag(search)
+    add_db_flag(search)
+    search.set_defaults(handler=search_messages)
+
+    export = session_commands.add_parser(
+        "export", help="write a transcript as JSONL or Markdown",
+        description="JSONL: one OpenAI-style message per line. Markdown: a readable document.")
+    export.add_argument("id", help=_IDENT_HELP)
+    export.add_argument("--format", choices=("jsonl", "md"), default="jsonl")
+    export.add_argument("-o", "--output", type=Path,
+                        help="file to write, created mode 0600 (default, or -: stdout)")
+    add_db_flag(export)
+    export.set_defaults(handler=export_session)
+
+    recover = session_commands.add_parser(
+        "recover", help="import messages spooled while the database was failing",
+        description="Re-imports $HERMES_HOME/sessions/*.recovery.jsonl; running it again "
+                    "writes nothing twice.")
+    add_db_flag(recover)
+    recover.set_defaults(handler=recover_spools)
+
+
+def list_sessions(args: argparse.Namespace) -> int:
+    with open_db(args) as db:
+        rows = db.list_sessions(source=args.source, limit=args.limit)
+    if args.json:
+        print_json(rows)
+        return 0
+    columns = [Column("id", is_id=True), Column("title"), Column("source"),
+               Column("chat"), Column("started"), Column("messages"),
+               Column("ended")]
+    print_table(f"{plural(len(rows), 'session')} (newest first)", columns, [
+        [row["id"], row.get("title") or "", row.get("source") or "",
+         str(row.get("chat_id") or row.get("display_name") or ""), when(row.get("started_at")),
+         str(row.get("message_count") or 0), row.get("end_reason") or ""]
+        for row in rows])
+    return 0
+
+
+def show_session(args: argparse.Namespace) -> int:
+    from hermes.session_lookup import find_session
+
+    with open_db(args) as db:
+        session = find_session(db, args.id)
+        messages = db.get_messages_as_conversation(session["id"])
+    if args.json:
+        print_json({"session": session, "messages": messages})
+        return 0
+    print_text(Text(f"session {session['id']}", style="bold"),
+               *(Text(f"  {key}: {value}", style="dim")
+                 for key, value in transcripts.heading(session)))
+    out = console()
+    for message in messages:
+        out.print()
+        out.print(transcripts.message_text(message))
+    return 0
+
+
+def search_messages(args: argparse.Namespace) -> int:
+    with open_db(args) as db:
+        hits = db.search_messages(args.query, source=args.source, session_id=args.session,
+                                  limit=args.limit)
+    if args.json:
+        print_json(hits)
+        return 0
+    columns = [Column("session", is_id=True), Column("source"), Column("role"),
+               Column("when"), Column("match")]
+    print_table(f"{plural(len(hits), 'match', 'matches')} for {args.query!r}", columns, [
+        [hit.get("session_id") or "", hit.get("source") or "", hit.get("role") or "",
+         when(hit.get("timestamp")), _highlight(str(hit.get("snippet") or hit.get("content")
+                                                    or ""))]
+        for hit in hits])
+    return 0
+
+
+def _highlight(snippet: str) -> Text:
+    """The store marks matches as >>>word<<<; show them bold instead."""
+    text = Text()
+    for index, piece in enumerate(snippet.replace("<<<", ">>>").split(">>>")):
+        text.append(piece, style="bold reverse" if index % 2 else "")
+    return text
+
+
+def export_session(args: argparse.Namespace) -> int:
+    from hermes.session_lookup import find_session
+
+    with open_db(args) as db:
+        session = find_session(db, args.id)
+        messages = db.get_messages_as_conversation(session["id"])
+    lines = (transcripts.jsonl(messages) if args.format == "jsonl"
+             else transcripts.markdown(session, messages))
+    if args.output is None or str(args.output) == "-":
+        # A bar on the terminal the transcript is printed to would be in its way.
+        _write(sys.stdout, lines, len(messages), show_progress=not sys.stdout.isatty())
+        return 0
+    with private_file(args.output) as out:
+        _write(out, lines, len(messages), show_progress=True)
+    stderr_console().print(f"wrote {plural(len(messages), 'message')} to {args.output}")
+    return 0
+
+
+def _write(out: IO[str], lines: Iterator[str], total: int, *, show_progress: bool) -> None:
+    if not show_progress:
+        out.writelines(lines)
+        return
+    with progress("exporting", total=total) as bar:
+        for line in lines:
+            out.write(line)
+            bar.advance()
+
+
+def recover_spools(args: argparse.Namespace) -> int:
+    from hermes.recovery import recover_all
+
+    with open_db(args) as db, progress("recovering") as bar:
+        report = recover_all(db, progress=bar.update)
+    if not report.imported and not report.failed:
+        print_text("nothing to recover: no spooled messages")
+        return 0
+    print_text(*(Text(f"imported {written} messages from {path}")
+                 for path, written in report.imported.items()),
+               *(Text(f"could not import {path}: {reason}", style="red")
+                 for path, reason in report.failed.items()),
+               f"{report.written} messages recovered, {len(report.failed)} files failed")
+    return 1 if report.failed else 0
