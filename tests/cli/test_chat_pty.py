@@ -110,7 +110,7 @@ def test_slash_commands_are_answered_here_and_never_reach_the_model(hermes_home:
         chat.expect_exact("Cat facts")
         say(chat, "/resume Cat facts", answer="Resumed ")
         say(chat, "and again", answer="second answer")
-        finish(chat)
+        finish(chat, "/exit now\r")
 
     assert len(model.requests) == 2
     sent = [m.get("content") for request in model.requests for m in request["messages"]]

@@ -20,6 +20,8 @@ def _fresh_script_counters() -> None:
 
     scripted_agent.BUILDS.clear()
     scripted_agent.MAX_CONCURRENT_PER_SESSION.clear()
+    scripted_agent.BUILD_GATE = None
+    scripted_agent.BUILDING.clear()
 
 
 @pytest.fixture

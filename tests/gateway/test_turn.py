@@ -128,6 +128,20 @@ async def test_stop_command_disowns_the_running_turn(make_runner: RunnerFactory)
     assert await runner._handle_message(event("/stop")) == "Nothing is running right now."
 
 
+async def test_stop_while_the_agent_is_being_built_stops_the_turn_it_starts(
+        make_runner: RunnerFactory) -> None:
+    runner = await make_runner()
+    scripted_agent.BUILD_GATE = gate = threading.Event()
+    running = asyncio.ensure_future(runner._handle_message(event("sleep:60")))
+    assert await asyncio.to_thread(scripted_agent.BUILDING.wait, 10)
+    assert await runner._handle_message(event("/stop")) == "Stopped the running turn."
+    gate.set()
+    assert await asyncio.wait_for(running, 10) is None  # disowned, and not a minute later
+    tool_output = [m["content"] for m in runner_db(runner).get_messages_as_conversation(
+        current_session_id(runner)) if m["role"] == "tool"]
+    assert tool_output == ["stopped early"]  # the agent started interrupted
+
+
 async def test_new_command_starts_a_new_session(make_runner: RunnerFactory) -> None:
     runner = await make_runner()
     await runner._handle_message(event("one"))

@@ -30,6 +30,10 @@ from hermes.agent.persistence import TranscriptPersistence
 from hermes.state import SessionDB
 
 BUILDS: list[str] = []
+#: While set to an Event, a build waits for it (after setting ``BUILDING``): a test can act
+#: while an agent is being built.
+BUILD_GATE: threading.Event | None = None
+BUILDING = threading.Event()
 _running_lock = threading.Lock()
 _running: dict[str, int] = {}
 #: Highest number of turns seen running at once for one session (must stay 1).
@@ -39,6 +43,9 @@ MAX_CONCURRENT_PER_SESSION: dict[str, int] = {}
 def build_agent(*, session_id: str, session_db: SessionDB | None, platform: str,
                 **runtime: Any) -> ScriptedAgent:
     BUILDS.append(session_id)
+    if BUILD_GATE is not None:
+        BUILDING.set()
+        BUILD_GATE.wait()
     log = os.environ.get("HERMES_TEST_BUILD_LOG")
     if log:
         with open(log, "a", encoding="utf-8") as handle:

@@ -51,13 +51,16 @@ async def run_agent(
     source: SessionSource,
     session_id: str,
     session_key: str,
+    run_generation: int,
     runtime_kwargs: Mapping[str, Any],
     persist_user_message: str | None = None,
 ) -> dict[str, Any]:
     """One turn: a coherent agent for the conversation, then ``run_conversation`` off-loop.
 
     ``persist_user_message`` is the user's own text when ``message`` carries a gateway note
-    (resume, tool tail): the model sees the note, the transcript keeps the original.
+    (resume, tool tail): the model sees the note, the transcript keeps the original. A turn
+    that a command disowned before its agent was running (``/stop`` while the agent was being
+    built) starts interrupted: it stops at its first check, as if stopped a moment later.
     """
     signature = agent_signature(runtime_kwargs)
     live = runner._live_message_count(session_id)
@@ -77,6 +80,8 @@ async def run_agent(
         runner._release_agents(cache.put(session_key, agent, signature, live or 0, session_id,
                                          busy=runner._running_agents, own=own))
     runner._running_agents[session_key] = agent
+    if not runner._is_session_run_current(session_key, run_generation):
+        agent.interrupt("stopped before the turn started")
     try:
         result: dict[str, Any] = await runner._run_in_executor_with_context(functools.partial(
             agent.run_conversation, message, conversation_history=history, task_id=session_id,

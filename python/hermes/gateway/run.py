@@ -174,7 +174,7 @@ class GatewayRunner:
                          ) -> dict[str, Any]:
         runtime_kwargs = await self._run_in_executor_with_context(_resolve_runtime_agent_kwargs)
         return await agents.run_agent(self, message, history, source, session_id, session_key,
-                                      runtime_kwargs, persist_user_message)
+                                      run_generation, runtime_kwargs, persist_user_message)
 
     def _is_user_authorized(self, source: SessionSource) -> bool:
         platform_config = self.config.platforms.get(source.platform)

@@ -98,10 +98,11 @@ class LocalAdapter(BasePlatformAdapter):
         try:
             with reader.output_above_prompt():
                 while (line := await self._next_line(reader)) is not None:
-                    if line.strip().lower() in _EXIT_COMMANDS:
-                        break
-                    if not line.strip() or self._answered_here(line):
+                    words = line.split(maxsplit=1)
+                    if not words or self._answered_here(words[0]):
                         continue
+                    if words[0].lower() in _EXIT_COMMANDS:
+                        break
                     reply = asyncio.create_task(self._answer(line))
                     if not reader.interactive:
                         await reply
@@ -126,16 +127,16 @@ class LocalAdapter(BasePlatformAdapter):
                 else:
                     self.console.print(Text("(/exit or Ctrl-D ends the chat)", style="dim"))
 
-    def _answered_here(self, line: str) -> bool:
-        """Answer ``/help`` and refuse unknown commands; ``False`` for lines to dispatch."""
-        word = line.split(maxsplit=1)[0]
+    def _answered_here(self, word: str) -> bool:
+        """Answer ``/help`` and refuse unknown commands, by the line's first ``word``;
+        ``False`` for lines to dispatch (and for ``/exit``)."""
         if not _COMMAND_WORD.fullmatch(word):
             return False
         name = word.lower().split("@", 1)[0]
         if name == "/help":
             self.console.print(Text(commands.help_text(LOCAL_USAGE)))
             return True
-        if name in commands.NAMES:
+        if name in (*commands.NAMES, *_EXIT_COMMANDS):
             return False
         known = ", ".join((*commands.NAMES, *_EXIT_COMMANDS))
         self.console.print(Text(f"unknown command {word}; the commands are {known} "
