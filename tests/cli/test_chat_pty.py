@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import getpass
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +33,13 @@ def say(child: pexpect.spawn[str], text: str, answer: str | None = None) -> None
     child.expect_exact("you>")
     child.send(text + "\r")
     child.expect_exact(answer if answer is not None else f"You said: {text}")
+
+
+def submit(child: pexpect.spawn[str], text: str) -> None:
+    """Type ``text`` and Enter; return once it was taken and the next prompt is shown."""
+    child.expect_exact("you>")
+    child.send(text + "\r")
+    child.expect(re.escape(text) + r"[^\n]*\n[^\n]*you>")
 
 
 def finish(child: pexpect.spawn[str], how: str = "/exit\r") -> None:
@@ -126,16 +135,21 @@ def test_slash_commands_are_answered_here_and_never_reach_the_model(hermes_home:
 
 def test_stop_and_ctrl_c_stop_a_running_reply(hermes_home: Path) -> None:
     chat = spawn_chat(hermes_home, **SCRIPTED_AGENT)
-    chat.expect_exact("you>")
-    chat.send("sleep:60\r")  # a tool round of a minute, unless interrupted
-    say(chat, "/stop", answer="Stopped the running turn.")
+    submit(chat, "sleep:60")  # a tool round of a minute, unless interrupted
+    chat.send("/stop\r")
+    chat.expect_exact("Stopped the running turn.")
     say(chat, "ping", answer="echo: ping")
-    chat.expect_exact("you>")
-    chat.send("sleep:60\r")
-    chat.expect_exact("you>")
+    submit(chat, "sleep:60")
     chat.send("\x03")  # Ctrl-C at the prompt while a reply runs
     chat.expect_exact("Stopped the running turn.")
     say(chat, "pong", answer="echo: pong")
+    submit(chat, "sleep:60")
+    chat.kill(signal.SIGINT)  # as Ctrl-C between two prompts, when the terminal sends one
+    chat.expect_exact("Stopped the running turn.")
+    say(chat, "still here", answer="echo: still here")  # queued behind the stopped turn
+    chat.kill(signal.SIGINT)  # nothing running: the chat goes on
+    chat.expect_exact("(/exit or Ctrl-D ends the chat)")
+    say(chat, "and here", answer="echo: and here")
     finish(chat)
 
 

@@ -7,7 +7,8 @@ starting the same name again continues it.
 
 Lines are read by ``terminal_input`` (line editing and history on a terminal). On a terminal
 each line is answered while the next can already be typed, so ``/stop`` reaches a running
-reply (Ctrl-C at the prompt does the same); piped lines are answered one after the other.
+reply (Ctrl-C does the same, at the prompt or between two); piped lines are answered one
+after the other.
 The gateway's commands (``hermes.gateway.commands``) are answered by the gateway without a
 model turn; ``/help``, ``/exit`` and ``/quit`` are answered here, and any other ``/word`` is
 refused here, never sent to the model. ``/exit``, ``/quit`` or the end of input (Ctrl-D) end
@@ -17,10 +18,12 @@ the chat once the replies still on their way have been printed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import logging
 import re
-from collections.abc import Mapping
+import signal
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rich.console import Console
@@ -96,7 +99,7 @@ class LocalAdapter(BasePlatformAdapter):
 
     async def _converse(self, reader: LineReader) -> None:
         try:
-            with reader.output_above_prompt():
+            with reader.output_above_prompt(), self._ctrl_c_stops_replies(reader):
                 while (line := await self._next_line(reader)) is not None:
                     words = line.split(maxsplit=1)
                     if not words or self._answered_here(words[0]):
@@ -107,8 +110,7 @@ class LocalAdapter(BasePlatformAdapter):
                     if not reader.interactive:
                         await reply
                         continue
-                    self._replies.add(reply)
-                    reply.add_done_callback(self._replies.discard)
+                    self._track(reply)
                 if self._replies:
                     self.console.print(Text("waiting for the reply (Ctrl-C stops it)",
                                             style="dim"))
@@ -122,10 +124,32 @@ class LocalAdapter(BasePlatformAdapter):
             try:
                 return await reader.read()
             except KeyboardInterrupt:
-                if self._replies:
-                    await self._answer("/stop")
-                else:
-                    self.console.print(Text("(/exit or Ctrl-D ends the chat)", style="dim"))
+                self._ctrl_c()
+
+    @contextlib.contextmanager
+    def _ctrl_c_stops_replies(self, reader: LineReader) -> Iterator[None]:
+        """On a terminal, Ctrl-C between two prompts (a SIGINT: only the prompt reads it as a
+        key) does what it does at the prompt. Piped, Ctrl-C ends the chat as usual."""
+        if not reader.interactive:
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGINT, self._ctrl_c)
+        try:
+            yield
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+
+    def _ctrl_c(self) -> None:
+        if self._replies:
+            self._track(asyncio.create_task(self._answer("/stop")))
+        else:
+            self.console.print(Text("(/exit or Ctrl-D ends the chat)", style="dim"))
+
+    def _track(self, reply: asyncio.Task[None]) -> None:
+        """Count ``reply`` among those on their way until it is printed."""
+        self._replies.add(reply)
+        reply.add_done_callback(self._replies.discard)
 
     def _answered_here(self, word: str) -> bool:
         """Answer ``/help`` and refuse unknown commands, by the line's first ``word``;
