@@ -8,6 +8,8 @@ statement, fsync and busy wait; this module is its typed, documented face.
 ``SessionDB`` is synchronous and thread-safe. ``AsyncSessionDB`` offers the
 same methods as coroutines that run off the event loop; ``writes_without_waiting``
 lets an event loop make a short write itself when no other writer is in the way.
+``SCHEMA_VERSION`` (the version we write) and ``SCHEMA_SQL`` (the DDL of a file we
+create) carry the names hermes-agent's module gives its own.
 """
 
 from __future__ import annotations
@@ -20,10 +22,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from hermes._core import Store, set_writes_wait
+from hermes._core import SCHEMA_SQL, SCHEMA_VERSION, Store, set_writes_wait
 from hermes.paths import state_db_path
 
-__all__ = ["AsyncSessionDB", "SessionDB", "Synchronous", "writes_without_waiting"]
+__all__ = [
+    "SCHEMA_SQL",
+    "SCHEMA_VERSION",
+    "AsyncSessionDB",
+    "SessionDB",
+    "Synchronous",
+    "writes_without_waiting",
+]
 
 Synchronous = Literal["FULL", "NORMAL"]
 
