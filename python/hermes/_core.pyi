@@ -16,6 +16,7 @@ __all__ = [
     "NotADatabaseError",
     "ReadOnlyDatabaseError",
     "SCAFFOLDING_FLAGS",
+    "SCHEMA_SQL",
     "SCHEMA_VERSION",
     "SQLITE_VERSION",
     "SessionNotFoundError",
@@ -27,6 +28,8 @@ __all__ = [
 ]
 
 SCHEMA_VERSION: int
+#: The DDL of a file we create (tables, indexes, search index and its triggers), one script.
+SCHEMA_SQL: str
 SQLITE_VERSION: str
 __version__: str
 #: Keys marking a message dict as private retry scaffolding, never persisted.

@@ -35,6 +35,7 @@ mod _core {
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("SCHEMA_VERSION", crate::schema::SCHEMA_VERSION)?;
+        m.add("SCHEMA_SQL", crate::schema::schema_sql())?;
         m.add("SQLITE_VERSION", rusqlite::version())?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         m.add(

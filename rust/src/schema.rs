@@ -215,6 +215,12 @@ CREATE TABLE IF NOT EXISTS hermes_fts_pending (
 );
 "#;
 
+/// Our whole DDL as one script, exposed as `hermes.state.SCHEMA_SQL` (hermes-agent exports
+/// its own DDL under that name). Run on an empty database it creates what [`ensure`] does.
+pub fn schema_sql() -> String {
+    [TABLES, INDEXES, FTS].concat()
+}
+
 /// How hard a commit pushes to disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Synchronous {
@@ -334,6 +340,23 @@ mod tests {
             .query_row("SELECT COUNT(*) FROM schema_version", [], |r| r.get(0))
             .unwrap();
         assert_eq!(rows, 1);
+    }
+
+    #[test]
+    fn schema_sql_creates_what_ensure_creates() {
+        let objects = |conn: &Connection| -> Vec<(String, String)> {
+            conn.prepare("SELECT name, sql FROM sqlite_schema WHERE sql IS NOT NULL ORDER BY name")
+                .unwrap()
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap()
+        };
+        let ensured = Connection::open_in_memory().unwrap();
+        ensure(&ensured).unwrap();
+        let scripted = Connection::open_in_memory().unwrap();
+        scripted.execute_batch(&schema_sql()).unwrap();
+        assert_eq!(objects(&scripted), objects(&ensured));
     }
 
     #[test]
