@@ -12,19 +12,27 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hermes.gateway.config import Platform, PlatformConfig
 from hermes.gateway.session import SessionSource
 
+if TYPE_CHECKING:
+    from hermes.gateway.client_turn import ClientTurn
+
 
 @dataclass
 class MessageEvent:
-    """One inbound message, normalised; ``message_id`` is the platform's own id (for dedupe)."""
+    """One inbound message, normalised; ``message_id`` is the platform's own id (for dedupe).
+
+    ``client`` is set by request/response clients (the api_server): the conversation the
+    client sent or names, and the place the turn reports back to (``hermes.gateway.client_turn``).
+    """
 
     text: str
     source: SessionSource
     message_id: str | None = None
+    client: ClientTurn | None = None
 
 
 @dataclass(frozen=True)
