@@ -55,6 +55,7 @@ class Served:
         self.adapter = adapter
         self.events: list[MessageEvent] = []
         self.handler: Handler = self.echo
+        self.clients: list[openai.AsyncOpenAI] = []
 
     async def echo(self, event: MessageEvent) -> str | None:
         return report(event, f"echo: {event.text}")
@@ -64,8 +65,16 @@ class Served:
         return await self.handler(event)
 
     def client(self, key: str = "unused", retries: int = 0) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{self.adapter.port}/v1",
-                                  api_key=key, max_retries=retries)
+        self.clients.append(openai.AsyncOpenAI(
+            base_url=f"http://127.0.0.1:{self.adapter.port}/v1", api_key=key,
+            max_retries=retries))
+        return self.clients[-1]
+
+    async def close(self) -> None:
+        """The clients first (closed on this test's loop), then the server."""
+        for client in self.clients:
+            await client.close()
+        await self.adapter.disconnect()
 
 
 async def serve(extra: dict[str, object]) -> Served:
@@ -82,7 +91,7 @@ async def served() -> AsyncIterator[Served]:
     try:
         yield harness
     finally:
-        await harness.adapter.disconnect()
+        await harness.close()
         await harness.adapter.disconnect()  # safe twice
 
 
@@ -92,7 +101,7 @@ async def keyed() -> AsyncIterator[Served]:
     try:
         yield harness
     finally:
-        await harness.adapter.disconnect()
+        await harness.close()
 
 
 @pytest.mark.asyncio
@@ -356,7 +365,7 @@ async def test_a_smaller_body_limit_is_enforced() -> None:
         assert "larger than 1000 bytes" in str(raised.value)
         assert harness.events == []
     finally:
-        await harness.adapter.disconnect()
+        await harness.close()
 
 
 @pytest.mark.asyncio
