@@ -11,9 +11,9 @@
     hermes sessions recover
 
 Settings come from ``$HERMES_HOME/config.yaml``, then the environment, then these flags
-(``hermes.config`` documents every key and variable). ``show`` and ``export`` take a session id, or the conversation id an
-api_server client used (``X-Hermes-Session-Id``) or a chat's session key, and then pick that
-conversation's newest session.
+(``hermes.config`` documents every key and variable). ``show`` and ``export`` take a session id (for an api_server
+conversation, the ``X-Hermes-Session-Id`` its answers carried), or a chat's conversation id or
+session key, and then pick that conversation's newest session.
 
 Exit status: 0 done, 1 failed (the message says why and what to do), 2 bad usage.
 """
@@ -122,7 +122,8 @@ def _parser() -> argparse.ArgumentParser:
     listing.set_defaults(handler=_sessions_list)
 
     show = session_commands.add_parser("show", help="print a whole transcript")
-    show.add_argument("id", help="session id, api_server conversation id or session key")
+    show.add_argument("id", help="session id (an api_server answer's "
+                      "X-Hermes-Session-Id), chat id or session key")
     _db_flag(show)
     show.set_defaults(handler=_sessions_show)
 
@@ -139,7 +140,8 @@ def _parser() -> argparse.ArgumentParser:
     export = session_commands.add_parser(
         "export", help="write a transcript as JSONL or Markdown",
         description="JSONL: one OpenAI-style message per line. Markdown: a readable document.")
-    export.add_argument("id", help="session id, api_server conversation id or session key")
+    export.add_argument("id", help="session id (an api_server answer's "
+                      "X-Hermes-Session-Id), chat id or session key")
     export.add_argument("--format", choices=("jsonl", "md"), default="jsonl")
     export.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
     _db_flag(export)
@@ -206,7 +208,7 @@ def _gateway_config(
 
 
 def _gateway_run(args: argparse.Namespace) -> int:
-    from hermes.gateway.platforms.api_server import check_bind_allowed
+    from hermes.gateway.platforms.api_auth import check_bind_allowed
     from hermes.gateway.run import GatewayRunner
 
     extra = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}

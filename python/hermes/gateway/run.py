@@ -8,6 +8,7 @@
 ``busy``            one turn at a time per conversation: slots, queues, run generations
 ``commands``        ``/stop`` and ``/new``
 ``resume``          notes for conversations whose turn a shutdown or crash cut off
+``client_turn``     turns of request/response clients (api_server): routing, stateless history
 ``shutdown``        the bounded phases of ``stop()``
 ``session``         session keys, routing entries and transcripts in ``state.db``
 ``events``          the types exchanged with adapters (``MessageEvent``, ``SessionSource``, ...)
@@ -171,8 +172,11 @@ class GatewayRunner:
     async def _run_agent(self, message: str, history: list[dict[str, Any]],
                          source: SessionSource, session_id: str, session_key: str,
                          run_generation: int, persist_user_message: str | None = None,
-                         ) -> dict[str, Any]:
+                         ephemeral_system_prompt: str | None = None) -> dict[str, Any]:
         runtime_kwargs = await self._run_in_executor_with_context(_resolve_runtime_agent_kwargs)
+        if ephemeral_system_prompt:
+            # A build argument, so the agent cache keeps one agent per prompt.
+            runtime_kwargs["ephemeral_system_prompt"] = ephemeral_system_prompt
         return await agents.run_agent(self, message, history, source, session_id, session_key,
                                       runtime_kwargs, persist_user_message)
 

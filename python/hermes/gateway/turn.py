@@ -5,12 +5,18 @@ then queue the message on its conversation and wait for its reply. ``session_wor
 conversation's queued messages one turn at a time. ``handle_with_agent`` is one turn:
 
 1. get or create the conversation, load its transcript;
-2. run the agent (``runner._run_agent``: cached or built, on a worker thread);
+2. run the agent (``runner._run_agent``: cached or built, on a worker thread) on it;
 3. drop the result if a command disowned the turn meanwhile (stale run generation);
 4. write the transcript (``transcript.write_turn``);
 5. update the routing entry, then re-baseline the agent cache's message count — after every
    write of the turn, so this process's own rows never look like another process's;
 6. emit the hooks and return the reply for the adapter to send.
+
+A client turn (``event.client``, the api_server; ``hermes.gateway.client_turn``) is routed by
+its caller and conversation first, and is never a command. Stateless, step 1 reads no
+transcript and step 2 gives the agent the client's own history; continued, step 1 finds the
+caller's conversation or reports that it has none. Its result goes back on
+``event.client.report``.
 
 Steps 1 and 4–5 run on the event loop when they cannot wait on the database — a cached
 conversation with a short transcript opens with a memory lookup and a read of a few rows, a
@@ -26,10 +32,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hermes.errors import HermesError, WriterBusyError
-from hermes.gateway import busy, commands, resume, transcript
+from hermes.gateway import busy, client_turn, commands, resume, transcript
+from hermes.gateway.client_turn import TurnReport
 from hermes.gateway.events import MessageEvent, SessionSource
 from hermes.gateway.session import SessionEntry, SessionStore
 from hermes.state import writes_without_waiting
@@ -48,13 +56,16 @@ INLINE_OPEN_MAX_ROWS = 64
 
 
 async def handle_message(runner: GatewayRunner, event: MessageEvent) -> str | None:
+    if event.client is not None:
+        event = await client_turn.route(runner, event, event.client)
     source = event.source
     if not runner._is_user_authorized(source):
         logger.warning("ignoring a message from unauthorized user %s on %s",
                        source.user_id, source.platform.value)
         return None
     session_key = runner._session_key_for(source)
-    command = commands.parse(event.text)
+    # A client's text is content, as in OpenAI's API, never a gateway command.
+    command = commands.parse(event.text) if event.client is None else None
     if command is not None:
         # Commands act on a running turn, so they never wait behind it.
         return await commands.execute(runner, command, session_key)
@@ -99,25 +110,72 @@ async def run_turn(runner: GatewayRunner, event: MessageEvent, session_key: str)
         return FAILURE_NOTICE
 
 
-def _open_turn(store: SessionStore, source: SessionSource) -> tuple[SessionEntry,
-                                                                    list[dict[str, Any]]]:
-    entry = store.get_or_create_session(source)
-    return entry, store.load_transcript(entry.session_id)
+@dataclass(frozen=True)
+class _Opened:
+    entry: SessionEntry
+    history: list[dict[str, Any]]  # the agent's ``conversation_history``
+    starts: bool  # the stored transcript was empty: the conversation starts with this turn
+    needs_meta: bool  # it has no ``session_meta`` row yet: this turn writes it
 
 
-async def _open(runner: GatewayRunner, source: SessionSource,
-                session_key: str) -> tuple[SessionEntry, list[dict[str, Any]]]:
-    """Step 1. A conversation with a cached agent has its routing entry in memory (this
-    process routed its last turn), so it is looked up on the loop; its transcript is read
-    there too when the live count says it is short. Anything else takes one thread hop."""
+def _lookup(store: SessionStore, source: SessionSource, create: bool) -> SessionEntry | None:
+    return store.get_or_create_session(source) if create else store.find_session(source)
+
+
+def _open_turn(store: SessionStore, source: SessionSource,
+               create: bool) -> tuple[SessionEntry, list[dict[str, Any]]] | None:
+    entry = _lookup(store, source, create)
+    return None if entry is None else (entry, store.load_transcript(entry.session_id))
+
+
+async def _open(runner: GatewayRunner, event: MessageEvent, source: SessionSource,
+                session_key: str) -> _Opened | None:
+    """Step 1; ``None`` for a continued client conversation that does not exist. A
+    conversation with a cached agent has its routing entry in memory (this process routed its
+    last turn), so it is looked up on the loop; its transcript is read there too when the live
+    count says it is short. Anything else takes one thread hop."""
+    client = event.client
+    if client is not None and client.history is not None:
+        return await _open_stateless(runner, source, session_key, client.history)
     store = runner.async_session_store
+    create = client is None  # a client names a conversation to continue: it must exist
     if session_key not in runner._agent_cache:
-        return await store.call(_open_turn, source)
-    entry = store.call_here(lambda s: s.get_or_create_session(source))
-    live = runner._live_message_count(entry.session_id)
-    if live is not None and live <= INLINE_OPEN_MAX_ROWS:
-        return entry, store.call_here(lambda s: s.load_transcript(entry.session_id))
-    return entry, await store.call(lambda s: s.load_transcript(entry.session_id))
+        opened = await store.call(_open_turn, source, create)
+        if opened is None:
+            return None
+        entry, stored = opened
+    else:
+        found = store.call_here(_lookup, source, create)
+        if found is None:
+            return None
+        entry = found
+        live = runner._live_message_count(entry.session_id)
+        if live is not None and live <= INLINE_OPEN_MAX_ROWS:
+            stored = store.call_here(lambda s: s.load_transcript(entry.session_id))
+        else:
+            stored = await store.call(lambda s: s.load_transcript(entry.session_id))
+    # Marker rows describe the transcript; they are not conversation for the model.
+    history = [m for m in stored if m.get("role") != "session_meta"]
+    # A first turn that died before its end never wrote its marker: the next one does.
+    return _Opened(entry, history, starts=not stored, needs_meta=len(history) == len(stored))
+
+
+async def _open_stateless(runner: GatewayRunner, source: SessionSource, session_key: str,
+                          history: list[dict[str, Any]]) -> _Opened:
+    """Step 1 of a stateless client turn: the session named by the conversation's fingerprint
+    (``source.thread_id``), and no transcript read (the client sent the history). A session's
+    first turn writes the history it arrives with, once."""
+    store = runner.async_session_store
+
+    def lookup(s: SessionStore) -> SessionEntry:
+        return s.get_or_create_session(source, source.thread_id)
+
+    entry = (store.call_here(lookup) if session_key in runner._agent_cache
+             else await store.call(lookup))
+    starts = runner._live_message_count(entry.session_id) == 0
+    if starts and history:
+        await store.call(lambda s: s.append_conversation(entry.session_id, history))
+    return _Opened(entry, history, starts=starts, needs_meta=starts)
 
 
 def _close_turn(store: SessionStore, entry: SessionEntry, session_key: str, event: MessageEvent,
@@ -164,31 +222,41 @@ async def _close(runner: GatewayRunner, entry: SessionEntry, session_key: str,
 
 async def handle_with_agent(runner: GatewayRunner, event: MessageEvent, source: SessionSource,
                             session_key: str, run_generation: int) -> str | None:
-    entry, history = await _open(runner, source, session_key)
-    # Marker rows describe the transcript; they are not conversation for the model.
-    agent_history = [m for m in history if m.get("role") != "session_meta"]
-    # A first turn that died before its end never wrote its marker: the next one does.
-    needs_meta = len(agent_history) == len(history)
-    message = resume.annotate(event.text, entry, agent_history, runner.config.resume_freshness)
+    client = event.client
+    opened = await _open(runner, event, source, session_key)
+    if opened is None:
+        assert client is not None  # only a continued client conversation may be missing
+        client.unknown_session = True
+        return None
+    entry = opened.entry
+    if client is not None and client.stateless:
+        message = event.text  # the client's history is the context; no gateway notes in it
+    else:
+        message = resume.annotate(event.text, entry, opened.history,
+                                  runner.config.resume_freshness)
     context: dict[str, Any] = {
         "platform": source.platform.value, "user_id": source.user_id,
         "session_key": session_key, "session_id": entry.session_id, "message": event.text,
     }
-    if not history:
+    if opened.starts:
         await runner.hooks.emit("session:start", context)
     await runner.hooks.emit("agent:start", context)
     started = time.monotonic()
-    result = await runner._run_agent(message, agent_history, source, entry.session_id,
-                                     session_key, run_generation,
-                                     persist_user_message=None if message == event.text
-                                     else event.text)
+    result = await runner._run_agent(
+        message, opened.history, source, entry.session_id, session_key, run_generation,
+        persist_user_message=None if message == event.text else event.text,
+        ephemeral_system_prompt=client.system_prompt if client is not None else None)
     if not runner._is_session_run_current(session_key, run_generation):
         logger.info("dropping the result of a disowned turn of %s", session_key)
+        if client is not None:
+            client.report = TurnReport.of(result, entry.session_id, disowned=True)
         return None
     clears_resume = entry.resume_pending and resume.turn_completed(result)
-    await _close(runner, entry, session_key, event, needs_meta, len(agent_history), result,
-                 clears_resume)
+    await _close(runner, entry, session_key, event, opened.needs_meta, len(opened.history),
+                 result, clears_resume)
     await runner._refresh_agent_cache_message_count(session_key, entry.session_id)
+    if client is not None:
+        client.report = TurnReport.of(result, entry.session_id)
     reply = result.get("final_response")
     await runner.hooks.emit("agent:end", {**context, "response": reply,
                                           "seconds": time.monotonic() - started})
