@@ -293,7 +293,7 @@ class SessionStore:
                             messages: Sequence[Mapping[str, Any]]) -> None:
         """Write message dicts (role and stored keys, as the agent keeps them) in one
         transaction; the dicts are only read."""
-        self._db.append_messages(session_id, messages)
+        self._state_db.append_messages(session_id, messages)
 
     def client_secret(self) -> bytes:
         """The random key client conversations are fingerprinted with
@@ -303,10 +303,10 @@ class SessionStore:
         (``loaded_client_secret``)."""
         if self._client_secret is not None:
             return self._client_secret
-        stored = self._db.get_meta(CLIENT_SECRET_META_KEY)
+        stored = self._state_db.get_meta(CLIENT_SECRET_META_KEY)
         if stored is None:
             made = secrets.token_hex(32)
-            self._db.set_meta(CLIENT_SECRET_META_KEY, made)
+            self._state_db.set_meta(CLIENT_SECRET_META_KEY, made)
             # Not kept in memory yet: of two processes making it at the same moment, the
             # last write wins, and the next call reads that one (only the first turn of each
             # may differ).
