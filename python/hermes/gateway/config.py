@@ -18,12 +18,15 @@ this object (which is logged) and an edited ``config.yaml`` reaches the next age
       synchronous: FULL            # or NORMAL: a commit survives a crash, not a power loss
       platforms:
         api_server: {enabled: true}
+        telegram: {enabled: true, token: "123456:ABC...", allowed_users: [42],
+                   allowed_chats: [-1001], extra: {reply_to_mode: first}}
         webhook: {enabled: true, adapter: "mypkg.hooks:WebhookAdapter",
                   allowed_users: ["alice"], extra: {port: 9000}}
 
 Environment: ``HERMES_GATEWAY_BUSY_POLICY``, ``HERMES_GATEWAY_DRAIN_TIMEOUT``,
 ``HERMES_GATEWAY_INTERRUPT_GRACE``, ``HERMES_GATEWAY_AGENT_FACTORY``,
-``HERMES_GATEWAY_SYNCHRONOUS`` override the file.
+``HERMES_GATEWAY_SYNCHRONOUS`` override the file; the chat platforms' variables (hermes-agent's
+names: ``TELEGRAM_BOT_TOKEN``, ``WEBHOOK_SECRET``, ...) are in ``platform_env``.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from typing import Any, Literal
 
 from hermes.config import _read_yaml, config_path
 from hermes.errors import ConfigError
+from hermes.gateway.platform_env import overlay_platform_environment
 from hermes.state import Synchronous
 
 
@@ -66,18 +70,24 @@ _SYNCHRONOUS: tuple[Synchronous, ...] = ("FULL", "NORMAL")
 
 @dataclass(frozen=True)
 class PlatformConfig:
-    """One platform's switch, adapter and allowlist.
+    """One platform's switch, adapter, credential and allowlists.
 
     ``adapter`` ("module:Class") plugs in an adapter the package does not ship; ``None`` uses
     the built-in one for the platform. ``allowed_users`` ``None`` lets every user of the
-    platform in (the shipped platforms are loopback or key-protected); a tuple admits only
-    those user ids. ``extra`` is passed to the adapter untouched.
+    platform in (the shipped platforms are loopback, key- or signature-protected, or refuse to
+    start without an allowlist); a tuple admits only those user ids. ``allowed_chats`` does the
+    same for the group chats (and channels) a message may come from; direct messages are
+    judged by ``allowed_users`` alone. ``token`` is the platform's credential (a bot token).
+    ``extra`` is passed to the adapter untouched. Neither ``token`` nor ``extra`` (which may
+    hold secrets) is shown in this object's ``repr``.
     """
 
     enabled: bool = False
     adapter: str | None = None
     allowed_users: tuple[str, ...] | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    allowed_chats: tuple[str, ...] | None = None
+    token: str | None = field(default=None, repr=False)
+    extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
 
 def _default_platforms() -> dict[Platform, PlatformConfig]:
@@ -172,6 +182,9 @@ def load_gateway_config(path: Path | None = None) -> GatewayConfig:
     for variable, key in _ENVIRONMENT:
         if os.environ.get(variable):
             raw[key] = os.environ[variable]
+    platforms = overlay_platform_environment(raw.get("platforms"), os.environ)
+    if platforms is not None:
+        raw["platforms"] = platforms
     if document.get("state_db") and "state_db" not in raw:
         raw["state_db"] = document["state_db"]
     try:
@@ -225,16 +238,24 @@ def _platforms(value: object) -> dict[Platform, PlatformConfig]:
         settings = settings or {}
         if not isinstance(settings, dict):
             raise ConfigError(f"platforms.{name} must be a mapping")
-        users = settings.get("allowed_users")
         extra = settings.get("extra") or {}
-        if users is not None and not isinstance(users, list):
-            raise ConfigError(f"platforms.{name}.allowed_users must be a list of user ids")
         if not isinstance(extra, dict):
             raise ConfigError(f"platforms.{name}.extra must be a mapping")
+        token = settings.get("token")
         result[platform] = PlatformConfig(
             enabled=bool(_scalar(f"platforms.{name}.enabled", settings.get("enabled", True), bool)),
             adapter=settings.get("adapter"),
-            allowed_users=None if users is None else tuple(str(u) for u in users),
+            allowed_users=_id_list(f"platforms.{name}.allowed_users", settings.get("allowed_users")),
+            allowed_chats=_id_list(f"platforms.{name}.allowed_chats", settings.get("allowed_chats")),
+            token=None if token is None else str(token),
             extra=extra,
         )
     return result
+
+
+def _id_list(key: str, value: object) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise ConfigError(f"{key} must be a list of ids, e.g. [42, 1234567]")
+    return tuple(str(item).strip() for item in value)

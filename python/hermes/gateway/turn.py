@@ -4,7 +4,8 @@
 then queue the message on its conversation and wait for its reply. ``session_worker`` runs a
 conversation's queued messages one turn at a time. ``handle_with_agent`` is one turn:
 
-1. get or create the conversation, load its transcript;
+1. get or create the conversation, load its transcript; a message the platform delivered
+   again whose turn finished is answered with its stored reply here (``redelivery``);
 2. run the agent (``runner._run_agent``: cached or built, on a worker thread);
 3. drop the result if a command disowned the turn meanwhile (stale run generation);
 4. write the transcript (``transcript.write_turn``);
@@ -28,8 +29,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from hermes.agent.conversation import inbound_message_id
 from hermes.errors import HermesError, WriterBusyError
-from hermes.gateway import busy, commands, resume, transcript
+from hermes.gateway import busy, commands, redelivery, resume, transcript
 from hermes.gateway.platforms.base import MessageEvent
 from hermes.gateway.session import SessionEntry, SessionSource, SessionStore
 from hermes.state import writes_without_waiting
@@ -167,6 +169,16 @@ async def handle_with_agent(runner: GatewayRunner, event: MessageEvent, source: 
     entry, history = await _open(runner, source, session_key)
     # Marker rows describe the transcript; they are not conversation for the model.
     agent_history = [m for m in history if m.get("role") != "session_meta"]
+    if event.message_id:
+        answered = redelivery.stored_answer(agent_history, event.message_id)
+        if answered is not None:
+            logger.info("message %s of %s was delivered again after its turn finished; "
+                        "answering with the stored reply", event.message_id, session_key)
+            if answered.is_last_turn and entry.resume_pending:
+                # The transcript shows the conversation's last turn finished: nothing to resume.
+                await runner.async_session_store.call(
+                    lambda s: s.clear_resume_pending(session_key))
+            return answered.reply
     # A first turn that died before its end never wrote its marker: the next one does.
     needs_meta = len(agent_history) == len(history)
     message = resume.annotate(event.text, entry, agent_history, runner.config.resume_freshness)
@@ -178,10 +190,14 @@ async def handle_with_agent(runner: GatewayRunner, event: MessageEvent, source: 
         await runner.hooks.emit("session:start", context)
     await runner.hooks.emit("agent:start", context)
     started = time.monotonic()
-    result = await runner._run_agent(message, agent_history, source, entry.session_id,
-                                     session_key, run_generation,
-                                     persist_user_message=None if message == event.text
-                                     else event.text)
+    marked = inbound_message_id.set(event.message_id)  # the agent's user row carries it
+    try:
+        result = await runner._run_agent(message, agent_history, source, entry.session_id,
+                                         session_key, run_generation,
+                                         persist_user_message=None if message == event.text
+                                         else event.text)
+    finally:
+        inbound_message_id.reset(marked)
     if not runner._is_session_run_current(session_key, run_generation):
         logger.info("dropping the result of a disowned turn of %s", session_key)
         return None
