@@ -8,34 +8,20 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from gateway.conftest import _fresh_script_counters, home
 from support.events import SCRIPTED
 from support.fake_telegram import FakeTelegram
 
 from hermes.gateway.config import GatewayConfig, Platform, PlatformConfig
 from hermes.gateway.run import GatewayRunner
 
+# The gateway tests' isolated $HERMES_HOME and scripted-agent reset serve here too.
+__all__ = ["_fresh_script_counters", "home"]
+
 TOKEN = "123456:TEST-token-never-logged-9f8e7d6c5b4a"
 ALLOWED = ("42", "43")
 
 TelegramRunner = Callable[..., Coroutine[Any, Any, GatewayRunner]]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_script_counters() -> None:
-    from support import scripted_agent
-
-    scripted_agent.BUILDS.clear()
-    scripted_agent.MAX_CONCURRENT_PER_SESSION.clear()
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    hermes_home = tmp_path / "home"
-    hermes_home.mkdir()
-    monkeypatch.setenv("HERMES_HOME", str(hermes_home))
-    for variable in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "HERMES_BASE_URL", "HERMES_MODEL"):
-        monkeypatch.delenv(variable, raising=False)
-    return hermes_home
 
 
 @pytest.fixture
