@@ -263,7 +263,7 @@ class FakeTelegram:
 
 
 async def _params(request: web.Request) -> dict[str, Any]:
-    """The call's parameters: a JSON body, or form fields as aiogram sends them (numbers and
+    """The call's parameters: a JSON body, or form fields as python-telegram-bot sends them (numbers and
     objects JSON-encoded, text as it is)."""
     if request.content_type == "application/json":
         body: dict[str, Any] = await request.json()

@@ -1,4 +1,4 @@
-"""The Telegram platform (``pip install 'hermes-gateway[telegram]'``, which brings aiogram).
+"""The Telegram platform (``pip install 'hermes-gateway[telegram]'``: python-telegram-bot).
 
 ==============  ============================================================================
 ``adapter``     the adapter: long polling or webhook, the turn of one update, sending
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 try:
     from hermes.gateway.platforms.telegram.adapter import TelegramAdapter
-except ImportError as exc:  # aiogram is an optional dependency
+except ImportError as exc:  # python-telegram-bot is an optional dependency
     from hermes.errors import ConfigError
 
-    raise ConfigError(f"the telegram platform needs aiogram ({exc}): "
+    raise ConfigError(f"the telegram platform needs python-telegram-bot ({exc}): "
                       "pip install 'hermes-gateway[telegram]'") from exc
 
 __all__ = ["TelegramAdapter"]

@@ -1,8 +1,9 @@
 """The Telegram adapter: updates in (long polling or a webhook), replies out.
 
-Built on aiogram's ``Bot`` (typed Bot API methods and errors over aiohttp, on the gateway's own
-event loop), without its dispatcher: the dispatcher's polling confirms an update as soon as it
-is fetched, and this adapter confirms one only once its turn is answered (``ledger``).
+Built on python-telegram-bot's ``Bot`` (typed Bot API methods and errors, asyncio on the
+gateway's own event loop), without its ``Application``/``Updater``: their polling confirms an
+update as soon as it is fetched, and this adapter confirms one only once its turn is answered
+(``ledger``). Its webhook server is the gateway's aiohttp, not PTB's tornado one.
 
 An update's life:
 
@@ -31,27 +32,25 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlparse
 
-from aiogram import Bot
-from aiogram.client.session.aiohttp import AiohttpSession
-from aiogram.client.telegram import TelegramAPIServer
-from aiogram.exceptions import (
-    TelegramAPIError,
-    TelegramBadRequest,
-    TelegramConflictError,
-    TelegramNetworkError,
-    TelegramRetryAfter,
-    TelegramServerError,
-    TelegramUnauthorizedError,
-)
-from aiogram.types import Message, ReplyParameters, Update
-from aiogram.utils.token import TokenValidationError
 from aiohttp import web
-from pydantic import ValidationError
+from telegram import Bot, Message, ReplyParameters, Update
+from telegram.error import (
+    BadRequest,
+    Conflict,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+)
+from telegram.warnings import PTBDeprecationWarning
 
 from hermes.config import _build
 from hermes.errors import ConfigError
@@ -70,6 +69,14 @@ SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 _ALLOWED_UPDATES = ["message", "channel_post"]
 _REPLY_MODES = ("off", "first", "all")
 _MAX_BACKOFF = 30.0
+# PTB warns on every 429 (even raising one reads the int form) that ``retry_after`` will
+# become a timedelta; ``_seconds`` takes both.
+warnings.filterwarnings("ignore", message=r".*`retry_after` will be of type",
+                        category=PTBDeprecationWarning)
+_TOKEN_SHAPE = re.compile(r"\d+:[A-Za-z0-9_-]+")
+#: Libraries whose log lines can quote a Bot API URL, which holds the token (httpx logs every
+#: request at INFO).
+_LIBRARIES = ("httpx", "httpcore", "telegram")
 
 
 @dataclass(frozen=True)
@@ -125,16 +132,15 @@ class TelegramAdapter(BasePlatformAdapter):
                 "telegram: anyone who finds the bot could drive the agent; set "
                 "TELEGRAM_ALLOWED_USERS (or gateway.platforms.telegram.allowed_users) to the "
                 "Telegram user ids allowed to use it, or TELEGRAM_ALLOW_ALL_USERS=true")
-        self._redactor = SecretFilter([config.token, self.settings.webhook_secret or ""])
-        for module_logger in (logger, logging.getLogger("aiogram")):
-            module_logger.addFilter(self._redactor)
-        api = (TelegramAPIServer.from_base(self.settings.base_url) if self.settings.base_url
-               else None)
-        try:
-            self._bot = Bot(config.token, session=AiohttpSession(api=api) if api else None)
-        except TokenValidationError:
+        if not _TOKEN_SHAPE.fullmatch(config.token):
             raise ConfigError("the Telegram bot token is malformed: it looks like "
-                              "'123456789:AA...' (check TELEGRAM_BOT_TOKEN)") from None
+                              "'123456789:AA...' (check TELEGRAM_BOT_TOKEN)")
+        self._redactor = SecretFilter([config.token, self.settings.webhook_secret or ""])
+        for watched in _loggers():
+            watched.addFilter(self._redactor)
+        base = (self.settings.base_url or "https://api.telegram.org").rstrip("/")
+        self._bot = Bot(config.token, base_url=f"{base}/bot", base_file_url=f"{base}/file/bot")
+        self._bot_id = int(config.token.split(":", 1)[0])
         self._username: str | None = None
         self._ledger: UpdateLedger | None = None
         self._stopping = False
@@ -147,17 +153,18 @@ class TelegramAdapter(BasePlatformAdapter):
 
     async def connect(self) -> bool:
         try:
-            me = await self._bot.get_me()
-        except TelegramUnauthorizedError:
-            logger.error("Telegram refused the bot token (401 Unauthorized): check "
-                         "TELEGRAM_BOT_TOKEN")
+            await self._bot.initialize()  # getMe
+        except TelegramError as exc:
+            if isinstance(exc, InvalidToken):  # its message quotes the token: not logged
+                logger.error("Telegram refused the bot token (401 Unauthorized): check "
+                             "TELEGRAM_BOT_TOKEN")
+            else:
+                logger.error("cannot reach the Telegram Bot API: %s", exc)
+            await self.disconnect()  # the runner only disconnects adapters that connected
             return False
-        except TelegramAPIError as exc:
-            logger.error("cannot reach the Telegram Bot API: %s", exc)
-            return False
-        self._username = me.username
+        self._username = self._bot.username
         webhook = bool(self.settings.webhook_url)
-        self._ledger = UpdateLedger(ledger_path(self._bot.id), ordered=not webhook)
+        self._ledger = UpdateLedger(ledger_path(self._bot_id), ordered=not webhook)
         try:
             if webhook:
                 await self._start_webhook()
@@ -165,7 +172,7 @@ class TelegramAdapter(BasePlatformAdapter):
                 # Updates queued while we were away are kept: they may be unanswered messages.
                 await self._bot.delete_webhook(drop_pending_updates=False)
                 self._poller = asyncio.ensure_future(self._poll())
-        except (TelegramAPIError, OSError) as exc:
+        except (TelegramError, OSError) as exc:
             logger.error("cannot start receiving Telegram updates: %s", exc)
             await self.disconnect()
             return False
@@ -191,15 +198,15 @@ class TelegramAdapter(BasePlatformAdapter):
             if self._poller is not None and self._ledger.offset:
                 try:  # confirm what was done since the last poll
                     await self._bot.get_updates(offset=self._ledger.offset, limit=1, timeout=0)
-                except TelegramAPIError as exc:
+                except TelegramError as exc:
                     logger.info("telegram: could not confirm the last updates (%s); they will "
                                 "be recognised as done when redelivered", exc)
         if self._webhook is not None:
             await self._webhook.cleanup()
             self._webhook = None
-        await self._bot.session.close()
-        for module_logger in (logger, logging.getLogger("aiogram")):
-            module_logger.removeFilter(self._redactor)
+        await self._bot.shutdown()
+        for watched in _loggers():
+            watched.removeFilter(self._redactor)
 
     # ----------------------------------------------------------------- receiving
 
@@ -212,21 +219,21 @@ class TelegramAdapter(BasePlatformAdapter):
             try:
                 updates = await self._bot.get_updates(
                     offset=self._ledger.offset or None, allowed_updates=_ALLOWED_UPDATES,
-                    timeout=0 if waiting else self.settings.poll_timeout,
-                    request_timeout=self.settings.poll_timeout + 15)
-            except TelegramRetryAfter as exc:
-                logger.warning("telegram: flood control, polling again in %ss", exc.retry_after)
-                await asyncio.sleep(exc.retry_after)
+                    timeout=0 if waiting else self.settings.poll_timeout)
+            except RetryAfter as exc:
+                wait = _seconds(exc)
+                logger.warning("telegram: flood control, polling again in %.0fs", wait)
+                await asyncio.sleep(wait)
                 continue
-            except TelegramUnauthorizedError:
+            except InvalidToken:
                 logger.error("Telegram refused the bot token (401 Unauthorized); polling stops")
                 return
-            except TelegramConflictError as exc:
+            except Conflict as exc:
                 # Another process polls this bot, or a webhook is set for it.
                 logger.error("telegram: %s; retrying in %.0fs", exc, _MAX_BACKOFF)
                 await asyncio.sleep(_MAX_BACKOFF)
                 continue
-            except TelegramAPIError as exc:  # network, 5xx, anything else: back off
+            except TelegramError as exc:  # network, 5xx, anything else: back off
                 logger.warning("telegram: getUpdates failed (%s); retrying in %.0fs", exc,
                                backoff)
                 await asyncio.sleep(backoff)
@@ -266,8 +273,9 @@ class TelegramAdapter(BasePlatformAdapter):
         if self._stopping:  # Telegram retries later, by then to the next process
             return web.json_response({"ok": False, "error": "stopping"}, status=503)
         try:
-            update = Update.model_validate(await request.json(), context={"bot": self._bot})
-        except (ValueError, ValidationError) as exc:
+            body = await request.json()
+            update = Update.de_json(body, self._bot)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
             return web.json_response({"ok": False, "error": f"not a Telegram update: {exc}"},
                                      status=400)
         if self._ledger.begin(update.update_id):
@@ -310,7 +318,7 @@ class TelegramAdapter(BasePlatformAdapter):
         message = update.message or update.channel_post
         if message is None:
             return True
-        event = message_event(message, bot_id=self._bot.id, bot_username=self._username,
+        event = message_event(message, bot_id=self._bot_id, bot_username=self._username,
                               require_mention=self.settings.require_mention)
         if event is None:
             return True
@@ -336,10 +344,10 @@ class TelegramAdapter(BasePlatformAdapter):
             try:
                 await self._bot.send_chat_action(event.source.chat_id, "typing",
                                                  message_thread_id=thread)
-            except TelegramRetryAfter as exc:
-                await asyncio.sleep(exc.retry_after)
+            except RetryAfter as exc:
+                await asyncio.sleep(_seconds(exc))
                 continue
-            except TelegramAPIError as exc:
+            except TelegramError as exc:
                 logger.debug("telegram: no typing action for %s: %s", event.source.chat_id, exc)
                 return
             await asyncio.sleep(self.settings.typing_interval)
@@ -386,27 +394,42 @@ class TelegramAdapter(BasePlatformAdapter):
                                                      allow_sending_without_reply=True)
                     if reply_to is not None else None)
                 return SendResult(success=True, message_id=str(sent.message_id))
-            except TelegramRetryAfter as exc:
-                logger.info("telegram: flood control, sending to %s again in %ss", chat_id,
-                            exc.retry_after)
+            except RetryAfter as exc:
+                wait = _seconds(exc)
+                logger.info("telegram: flood control, sending to %s again in %.0fs", chat_id,
+                            wait)
                 error = str(exc)
-                await asyncio.sleep(exc.retry_after)
-            except (TelegramNetworkError, TelegramServerError) as exc:
-                error = str(exc)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF)
-            except TelegramBadRequest as exc:
+                await asyncio.sleep(wait)
+            except BadRequest as exc:  # before NetworkError: PTB derives it from that
                 if thread is not None and "thread not found" in exc.message.lower():
                     thread = None
                     continue
                 return SendResult(success=False, error=str(exc))
-            except TelegramAPIError as exc:  # blocked by the user, kicked from the group, ...
+            except NetworkError as exc:  # connection errors, timeouts, 5xx
+                error = str(exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF)
+            except TelegramError as exc:  # blocked by the user, kicked from the group, ...
                 return SendResult(success=False, error=str(exc))
         return SendResult(success=False, error=error)
 
 
 #: A forum's "General" topic: typing actions name it, messages must not (Telegram refuses).
 _GENERAL_TOPIC = 1
+
+
+def _loggers() -> list[logging.Logger]:
+    """This module's logger and every logger of the libraries (a filter applies to the logger
+    it is added to, not to its children, and the libraries create theirs at import)."""
+    names = [n for n in logging.root.manager.loggerDict
+             if n.split(".", 1)[0] in _LIBRARIES]
+    return [logging.getLogger(n) for n in (__name__, *_LIBRARIES, *names)]
+
+
+def _seconds(flood: RetryAfter) -> float:
+    """The wait a 429 asks for (PTB gives an int or a timedelta, depending on its settings)."""
+    wait = flood.retry_after
+    return wait.total_seconds() if isinstance(wait, timedelta) else float(wait)
 
 
 def _thread(thread_id: str | None) -> int | None:

@@ -23,7 +23,7 @@ the bot (``@username``) or replies to one of its messages.
 
 from __future__ import annotations
 
-from aiogram.types import Message
+from telegram import Message
 
 from hermes.gateway.config import Platform
 from hermes.gateway.platforms.base import MessageEvent
