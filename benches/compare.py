@@ -92,13 +92,14 @@ def verdicts(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[str], 
         "",
         *table(["figure of ours", "before", "after", "ratio", "verdict"], rows),
     ]
-    if drift:
-        lines += [
-            f"Host drift, from {len(drift)} figures of the peers and the floor (code unchanged between runs): "
-            f"after ÷ before median {percentile(drift, 0.5):.2f}×, middle 80% "
-            f"{percentile(drift, 0.1):.2f}×–{percentile(drift, 0.9):.2f}×.",
-            "",
-        ]
+    ours = [new[k] / old[k] for k in common if k[1] == OURS]
+    for what, ratios in (("Ours", ours), ("Host drift, from the peers and the floor (code unchanged between runs)", drift)):
+        if ratios:
+            lines += [
+                f"{what}: {len(ratios)} figures, ratio median {percentile(ratios, 0.5):.2f}×, middle 80% "
+                f"{percentile(ratios, 0.1):.2f}×–{percentile(ratios, 0.9):.2f}×.",
+                "",
+            ]
     only = sorted(set(old) ^ set(new))
     if only:
         lines += [f"In one run only (not compared): {len(only)} figures, e.g. {' '.join(map(str, only[:3]))}.", ""]

@@ -54,7 +54,7 @@ def test_a_figure_of_ours_is_worse_only_beyond_the_larger_probe_spread() -> None
     within = run((1.0, 1.2), [1_150_000] * 5, [2_600_000] * 5)  # spread ~18%: +15% is noise
     lines, worse = compare.verdicts(before, within)
     assert worse == 0
-    assert any("Host drift" in line and "1.30×" in line for line in lines)  # the peer moved 30%
+    assert any("Host drift" in line and "median 1.30×" in line for line in lines)  # the peer moved 30%
     beyond = run((1.0, 1.05), [1_300_000] * 5, [2_000_000] * 5)  # +30% against a 10% spread
     lines, worse = compare.verdicts(before, beyond)
     assert worse == 2  # its p50 and its msg/s
