@@ -78,10 +78,6 @@ class AgentCache:
         self._capacity = capacity
         self._idle_ttl = idle_ttl
 
-    def __contains__(self, key: object) -> bool:
-        """Whether the conversation has a cached agent (one dict lookup: no lock needed)."""
-        return key in self._entries
-
     def checkout(
         self, key: str, signature: str, session_id: str, live_count: int | None
     ) -> tuple[Any | None, list[Any]]:

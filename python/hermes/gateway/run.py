@@ -243,6 +243,10 @@ class GatewayRunner:
                           capacity=self.config.agent_cache_size,
                           idle_ttl=self.config.agent_idle_ttl)
 
+    def _has_cached_agent(self, session_key: str) -> bool:
+        # One dict lookup, without building the ``_cache()`` view: a turn asks on the loop.
+        return session_key in self._agent_cache
+
     def _live_message_count(self, session_id: str) -> int | None:
         """The session's ``message_count`` in ``state.db`` now; ``None`` if it cannot be read.
 

@@ -43,14 +43,12 @@ _T = TypeVar("_T")
 
 
 class _RunnerState(Protocol):
-    """What the turn, agent and shutdown modules all read: the settings and the two views."""
+    """What the turn, agent and shutdown modules all read: the settings and the slots."""
 
     @property
     def config(self) -> GatewayConfig: ...
 
     def _slots(self) -> Slots: ...
-
-    def _cache(self) -> AgentCache: ...
 
 
 class CommandHost(Protocol):
@@ -89,6 +87,8 @@ class TurnHost(_RunnerState, CommandHost, Protocol):
 
     def _spawn(self, coroutine: Coroutine[Any, Any, object]) -> None: ...
 
+    def _has_cached_agent(self, session_key: str) -> bool: ...
+
     def _live_message_count(self, session_id: str) -> int | None: ...
 
     def _commits_cheaply(self) -> bool: ...
@@ -98,6 +98,8 @@ class TurnHost(_RunnerState, CommandHost, Protocol):
 
 
 class AgentHost(_RunnerState, Protocol):
+    def _cache(self) -> AgentCache: ...
+
     def _sync_session_db(self) -> SessionDB | None: ...
 
     def _live_message_count(self, session_id: str) -> int | None: ...
@@ -119,6 +121,8 @@ class ConnectedAdapter(Protocol):
 
 
 class ShutdownHost(_RunnerState, Protocol):
+    def _cache(self) -> AgentCache: ...
+
     @property
     def async_session_store(self) -> AsyncSessionStore: ...
 

@@ -82,8 +82,9 @@ async def handle_message(runner: TurnHost, event: MessageEvent) -> str | None:
 
 async def session_worker(runner: TurnHost, session_key: str) -> None:
     """Run the conversation's queued messages in order; release its slot when none are left."""
+    slots = runner._slots()
     try:
-        while (item := runner._slots().next_queued(session_key)) is not None:
+        while (item := slots.next_queued(session_key)) is not None:
             if runner._draining:
                 item.resolve(STOPPING_NOTICE)
                 continue
@@ -93,8 +94,8 @@ async def session_worker(runner: TurnHost, session_key: str) -> None:
                                          run_turn(runner, item.event, session_key))
             item.resolve(await turn_task)
     finally:
-        runner._slots().release(session_key)
-        while (left := runner._slots().next_queued(session_key)) is not None:
+        slots.release(session_key)
+        while (left := slots.next_queued(session_key)) is not None:
             left.resolve(STOPPING_NOTICE)  # only after a cancellation: the loop drains it
 
 
@@ -172,7 +173,7 @@ async def _open(runner: TurnHost, event: MessageEvent, source: SessionSource,
         return await _open_stateless(runner, source, session_key, client.history)
     store = runner.async_session_store
     create = client is None  # a client names a conversation to continue: it must exist
-    if session_key not in runner._cache():
+    if not runner._has_cached_agent(session_key):
         opened = await store.call(_open_turn, source, create)
         if opened is None:
             return None
@@ -213,7 +214,7 @@ async def _open_stateless(runner: TurnHost, source: SessionSource, session_key: 
     def lookup(s: SessionStore) -> SessionEntry:
         return s.get_or_create_session(source, source.thread_id)
 
-    entry = (store.call_here(lookup) if session_key in runner._cache()
+    entry = (store.call_here(lookup) if runner._has_cached_agent(session_key)
              else await store.call(lookup))
     starts = runner._live_message_count(entry.session_id) == 0
     if starts and history:
