@@ -14,8 +14,8 @@ from hermes.gateway import events, session
 from hermes.gateway.platforms import base
 
 CORE = ("agent_cache", "agents", "busy", "client_turn", "commands", "config", "events",
-        "executor", "hooks", "plugins", "resume", "seams", "session", "shutdown", "transcript",
-        "turn")
+        "executor", "hooks", "platform_env", "plugins", "redelivery", "resume", "seams",
+        "session", "shutdown", "transcript", "turn")
 
 
 def test_the_core_imports_no_platform_module() -> None:

@@ -52,6 +52,11 @@ Message = dict[str, Any]
 reply_stream: ContextVar[Callable[[str], None] | None] = ContextVar(
     "hermes_reply_stream", default=None
 )
+#: The chat platform's id of the message a turn answers, set by the gateway for the turn; the
+#: user row carries it (``platform_message_id``), so a message the platform delivers again
+#: is recognised in the transcript (``hermes.gateway.redelivery``).
+inbound_message_id: ContextVar[str | None] = ContextVar("hermes_inbound_message_id",
+                                                        default=None)
 
 # Only these roles and keys go to a chat-completions endpoint. The transcript carries more
 # (``session_meta`` rows, ``tool_name``, ``finish_reason``, reasoning), which strict servers
@@ -331,9 +336,13 @@ class ConversationLoop:
 
 
 def _user_message(sent: str, stored: str | None) -> Message:
-    if stored is None or stored == sent:
-        return {"role": "user", "content": sent}
-    return {"role": "user", "content": stored, "api_content": sent}
+    message: Message = {"role": "user", "content": sent}
+    if stored is not None and stored != sent:
+        message = {"role": "user", "content": stored, "api_content": sent}
+    platform_id = inbound_message_id.get()
+    if platform_id:
+        message["platform_message_id"] = platform_id
+    return message
 
 
 def _api_messages(messages: list[Message], system_prompt: str | None) -> list[Message]:

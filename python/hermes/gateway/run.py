@@ -9,6 +9,7 @@
 ``busy``            one turn at a time per conversation: slots, queues, run generations
 ``commands``        ``/stop`` and ``/new``
 ``resume``          notes for conversations whose turn a shutdown or crash cut off
+``redelivery``      a message the platform delivered again: its stored reply, or a new run
 ``client_turn``     turns of request/response clients (api_server): routing, stateless history
 ``shutdown``        the bounded phases of ``stop()``
 ``session``         session keys, routing entries and transcripts in ``state.db``
@@ -183,9 +184,15 @@ class GatewayRunner:
                                       runtime_kwargs, persist_user_message)
 
     def _is_user_authorized(self, source: SessionSource) -> bool:
+        """The platform's allowlists: its users, and for anything but a direct message its
+        chats. Checked before anything of the message is stored."""
         platform_config = self.config.platforms.get(source.platform)
-        allowed = platform_config.allowed_users if platform_config else None
-        return allowed is None or (source.user_id is not None and source.user_id in allowed)
+        if platform_config is None:
+            return True
+        users, chats = platform_config.allowed_users, platform_config.allowed_chats
+        if users is not None and (source.user_id is None or source.user_id not in users):
+            return False
+        return chats is None or source.chat_type == "dm" or source.chat_id in chats
 
     def _session_key_for(self, source: SessionSource) -> str:
         return build_session_key(source, self.config.group_sessions_per_user,

@@ -1,6 +1,7 @@
 """Stopping the gateway: a fixed sequence of phases, each bounded by a timeout.
 
-1. refuse new turns (``runner._start_draining``) and tell the chats with a running turn;
+1. refuse new turns (``runner._start_draining``), ask the adapters to stop receiving, and
+   tell the chats with a running turn;
 2. mark those conversations ``resume_pending`` *before* waiting for them — if the process is
    killed during the drain, the next boot still knows their turns were cut off;
 3. drain: wait up to ``drain_timeout`` for running turns to finish (a finished turn clears
@@ -67,6 +68,9 @@ async def stop(runner: ShutdownHost) -> bool:
         logger.info("shutdown: %s (+%.2fs)", name, time.monotonic() - started)
 
     runner._start_draining()
+    for platform, adapter in list(runner.adapters.items()):
+        await bounded(adapter.stop_receiving(), config.notify_timeout,
+                      f"stopping {platform.value} from receiving")
     running = runner._slots().turns()
     phase(f"notifying {len(running)} chat(s) with a running turn")
     await asyncio.gather(*(_notify(runner, turn) for turn in running))

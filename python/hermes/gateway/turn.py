@@ -4,7 +4,8 @@
 then queue the message on its conversation and wait for its reply. ``session_worker`` runs a
 conversation's queued messages one turn at a time. ``handle_with_agent`` is one turn:
 
-1. get or create the conversation, load its transcript;
+1. get or create the conversation, load its transcript; a message the platform delivered
+   again whose turn finished is answered with its stored reply here (``redelivery``);
 2. run the agent (``runner._run_agent``: cached or built, on a worker thread) on it;
 3. drop the result if a command disowned the turn meanwhile (stale run generation);
 4. write the transcript (``transcript.write_turn``);
@@ -35,8 +36,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from hermes.agent.conversation import inbound_message_id
 from hermes.errors import HermesError, WriterBusyError
-from hermes.gateway import client_turn, commands, resume, transcript
+from hermes.gateway import client_turn, commands, redelivery, resume, transcript
 from hermes.gateway.client_turn import TurnReport
 from hermes.gateway.events import MessageEvent, SessionSource
 from hermes.gateway.seams import TurnHost
@@ -120,6 +122,10 @@ async def handle_with_agent(runner: TurnHost, event: MessageEvent, source: Sessi
         client.unknown_session = True
         return None
     entry = opened.entry
+    if client is None and event.message_id:
+        answered = await _answered_before(runner, event.message_id, opened, session_key)
+        if answered is not None:
+            return answered
     if client is not None and client.stateless:
         message = event.text  # the client's history is the context; no gateway notes in it
     else:
@@ -133,10 +139,14 @@ async def handle_with_agent(runner: TurnHost, event: MessageEvent, source: Sessi
         await runner.hooks.emit("session:start", context)
     await runner.hooks.emit("agent:start", context)
     started = time.monotonic()
-    result = await runner._run_agent(
-        message, opened.history, source, entry.session_id, session_key, run_generation,
-        persist_user_message=None if message == event.text else event.text,
-        ephemeral_system_prompt=client.system_prompt if client is not None else None)
+    marked = inbound_message_id.set(event.message_id)  # the agent's user row carries it
+    try:
+        result = await runner._run_agent(
+            message, opened.history, source, entry.session_id, session_key, run_generation,
+            persist_user_message=None if message == event.text else event.text,
+            ephemeral_system_prompt=client.system_prompt if client is not None else None)
+    finally:
+        inbound_message_id.reset(marked)
     if not runner._is_session_run_current(session_key, run_generation):
         logger.info("dropping the result of a disowned turn of %s", session_key)
         if client is not None:
@@ -220,6 +230,21 @@ async def _open_stateless(runner: TurnHost, source: SessionSource, session_key: 
     if starts and history:
         await store.call(lambda s: s.append_conversation(entry.session_id, history))
     return _Opened(entry, history, starts=starts, needs_meta=starts)
+
+
+async def _answered_before(runner: TurnHost, message_id: str, opened: _Opened,
+                           session_key: str) -> str | None:
+    """A message the platform delivered again whose turn finished: its stored reply
+    (``redelivery``), without running the model or writing anything; ``None`` otherwise."""
+    answered = redelivery.stored_answer(opened.history, message_id)
+    if answered is None:
+        return None
+    logger.info("message %s of %s was delivered again after its turn finished; answering "
+                "with the stored reply", message_id, session_key)
+    if answered.is_last_turn and opened.entry.resume_pending:
+        # The transcript shows the conversation's last turn finished: nothing to resume.
+        await runner.async_session_store.call(lambda s: s.clear_resume_pending(session_key))
+    return answered.reply
 
 
 async def _close(runner: TurnHost, entry: SessionEntry, session_key: str,
