@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from hermes.gateway.events import MessageEvent
-    from hermes.gateway.run import GatewayRunner
+    from hermes.gateway.session import AsyncSessionStore
 
 SESSION_ID_PREFIX = "api-"
 CALLER_TAG_PREFIX = "caller-"
@@ -99,10 +99,10 @@ class ClientTurn:
         return self.history is not None
 
 
-async def route(runner: GatewayRunner, event: MessageEvent, client: ClientTurn) -> MessageEvent:
+async def route(store: AsyncSessionStore, event: MessageEvent,
+                client: ClientTurn) -> MessageEvent:
     """``event`` with its source naming the client's conversation: the caller's tag as the
     chat, the session id (derived for a stateless turn) as the thread."""
-    store = runner.async_session_store
     secret = store.call_here(lambda s: s.loaded_client_secret)
     if secret is None:  # the first client turn of this process: read (or make) it
         secret = await store.call(lambda s: s.client_secret())

@@ -8,10 +8,8 @@ in ``state.db``, ended). Both act at once, even while a turn is running: that is
 from __future__ import annotations
 
 from enum import Enum
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from hermes.gateway.run import GatewayRunner
+from hermes.gateway.seams import CommandHost
 
 
 class Command(Enum):
@@ -28,7 +26,7 @@ def parse(text: str) -> Command | None:
     return _NAMES.get(word.split("@", 1)[0])
 
 
-async def execute(runner: GatewayRunner, command: Command, session_key: str) -> str:
+async def execute(runner: CommandHost, command: Command, session_key: str) -> str:
     stopped = runner._interrupt_session(session_key, f"/{command.value} from the user")
     if command is Command.STOP:
         return "Stopped the running turn." if stopped else "Nothing is running right now."

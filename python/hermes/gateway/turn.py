@@ -34,18 +34,16 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hermes.agent.conversation import inbound_message_id
 from hermes.errors import HermesError, WriterBusyError
-from hermes.gateway import busy, client_turn, commands, redelivery, resume, transcript
+from hermes.gateway import client_turn, commands, redelivery, resume, transcript
 from hermes.gateway.client_turn import TurnReport
 from hermes.gateway.events import MessageEvent, SessionSource
+from hermes.gateway.seams import TurnHost
 from hermes.gateway.session import SessionEntry, SessionStore
 from hermes.state import writes_without_waiting
-
-if TYPE_CHECKING:
-    from hermes.gateway.run import GatewayRunner
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +55,9 @@ FAILURE_NOTICE = "Sorry, something went wrong while answering; the error was log
 INLINE_OPEN_MAX_ROWS = 64
 
 
-async def handle_message(runner: GatewayRunner, event: MessageEvent) -> str | None:
+async def handle_message(runner: TurnHost, event: MessageEvent) -> str | None:
     if event.client is not None:
-        event = await client_turn.route(runner, event, event.client)
+        event = await client_turn.route(runner.async_session_store, event, event.client)
     source = event.source
     if not runner._is_user_authorized(source):
         logger.warning("ignoring a message from unauthorized user %s on %s",
@@ -73,20 +71,22 @@ async def handle_message(runner: GatewayRunner, event: MessageEvent) -> str | No
         return await commands.execute(runner, command, session_key)
     if runner._draining:
         return STOPPING_NOTICE
-    item = busy.enqueue(runner._pending_messages, session_key, event)
-    if session_key in runner._running_agents:
+    slots = runner._slots()
+    item = slots.enqueue(session_key, event)
+    if slots.is_running(session_key):
         if await runner._handle_active_session_busy_message(event, session_key):
             logger.info("interrupted the running turn of %s for a new message", session_key)
     else:
-        runner._claim_session(session_key, source)
+        slots.claim(session_key, source)
         runner._spawn(session_worker(runner, session_key))
     return await item.reply
 
 
-async def session_worker(runner: GatewayRunner, session_key: str) -> None:
+async def session_worker(runner: TurnHost, session_key: str) -> None:
     """Run the conversation's queued messages in order; release its slot when none are left."""
+    slots = runner._slots()
     try:
-        while (item := busy.next_queued(runner._pending_messages, session_key)) is not None:
+        while (item := slots.next_queued(session_key)) is not None:
             if runner._draining:
                 item.resolve(STOPPING_NOTICE)
                 continue
@@ -96,14 +96,14 @@ async def session_worker(runner: GatewayRunner, session_key: str) -> None:
                                          run_turn(runner, item.event, session_key))
             item.resolve(await turn_task)
     finally:
-        runner._release_session(session_key)
-        while (left := busy.next_queued(runner._pending_messages, session_key)) is not None:
+        slots.release(session_key)
+        while (left := slots.next_queued(session_key)) is not None:
             left.resolve(STOPPING_NOTICE)  # only after a cancellation: the loop drains it
 
 
-async def run_turn(runner: GatewayRunner, event: MessageEvent, session_key: str) -> str | None:
+async def run_turn(runner: TurnHost, event: MessageEvent, session_key: str) -> str | None:
     generation = runner._begin_session_run_generation(session_key)
-    runner._running_agents[session_key] = busy.PENDING
+    runner._slots().set_pending(session_key)
     try:
         return await runner._handle_message_with_agent(event, event.source, session_key,
                                                        generation)
@@ -112,133 +112,9 @@ async def run_turn(runner: GatewayRunner, event: MessageEvent, session_key: str)
         return FAILURE_NOTICE
 
 
-@dataclass(frozen=True)
-class _Opened:
-    entry: SessionEntry
-    history: list[dict[str, Any]]  # the agent's ``conversation_history``
-    starts: bool  # the stored transcript was empty: the conversation starts with this turn
-    needs_meta: bool  # it has no ``session_meta`` row yet: this turn writes it
-
-
-def _lookup(store: SessionStore, source: SessionSource, create: bool) -> SessionEntry | None:
-    return store.get_or_create_session(source) if create else store.find_session(source)
-
-
-def _open_turn(store: SessionStore, source: SessionSource,
-               create: bool) -> tuple[SessionEntry, list[dict[str, Any]]] | None:
-    entry = _lookup(store, source, create)
-    return None if entry is None else (entry, store.load_transcript(entry.session_id))
-
-
-async def _open(runner: GatewayRunner, event: MessageEvent, source: SessionSource,
-                session_key: str) -> _Opened | None:
-    """Step 1; ``None`` for a continued client conversation that does not exist. A
-    conversation with a cached agent has its routing entry in memory (this process routed its
-    last turn), so it is looked up on the loop; its transcript is read there too when the live
-    count says it is short. Anything else takes one thread hop."""
-    client = event.client
-    if client is not None and client.history is not None:
-        return await _open_stateless(runner, source, session_key, client.history)
-    store = runner.async_session_store
-    create = client is None  # a client names a conversation to continue: it must exist
-    if session_key not in runner._agent_cache:
-        opened = await store.call(_open_turn, source, create)
-        if opened is None:
-            return None
-        entry, stored = opened
-    else:
-        found = store.call_here(_lookup, source, create)
-        if found is None:
-            return None
-        entry = found
-        live = runner._live_message_count(entry.session_id)
-        if live is not None and live <= INLINE_OPEN_MAX_ROWS:
-            stored = store.call_here(lambda s: s.load_transcript(entry.session_id))
-        else:
-            stored = await store.call(lambda s: s.load_transcript(entry.session_id))
-    # Marker rows describe the transcript; they are not conversation for the model.
-    history = [m for m in stored if m.get("role") != "session_meta"]
-    # A first turn that died before its end never wrote its marker: the next one does.
-    return _Opened(entry, history, starts=not stored, needs_meta=len(history) == len(stored))
-
-
-async def _open_stateless(runner: GatewayRunner, source: SessionSource, session_key: str,
-                          history: list[dict[str, Any]]) -> _Opened:
-    """Step 1 of a stateless client turn: the session named by the conversation's fingerprint
-    (``source.thread_id``), and no transcript read (the client sent the history). A session's
-    first turn writes the history it arrives with, once."""
-    store = runner.async_session_store
-
-    def lookup(s: SessionStore) -> SessionEntry:
-        return s.get_or_create_session(source, source.thread_id)
-
-    entry = (store.call_here(lookup) if session_key in runner._agent_cache
-             else await store.call(lookup))
-    starts = runner._live_message_count(entry.session_id) == 0
-    if starts and history:
-        await store.call(lambda s: s.append_conversation(entry.session_id, history))
-    return _Opened(entry, history, starts=starts, needs_meta=starts)
-
-
-def _close_turn(store: SessionStore, entry: SessionEntry, session_key: str, event: MessageEvent,
-                needs_meta: bool, history_len: int, result: dict[str, Any],
-                clears_resume: bool) -> None:
-    """Every write of a finished turn; the cache re-baseline must follow all of them."""
-    transcript.write_turn(store, entry.session_id, event, first_turn=needs_meta,
-                          history_len=history_len, result=result)
-    try:
-        store.update_session(session_key,
-                             last_prompt_tokens=int(result.get("last_prompt_tokens") or 0))
-        if clears_resume:
-            store.clear_resume_pending(session_key)
-    except HermesError as exc:
-        # Bookkeeping only: the turn's messages are stored (or spooled) and the user gets the
-        # answer; the routing entry catches up on the next turn.
-        logger.warning("could not update the routing entry of %s after its turn: %s",
-                       session_key, exc)
-
-
-async def _close(runner: GatewayRunner, entry: SessionEntry, session_key: str,
-                 event: MessageEvent, needs_meta: bool, history_len: int, result: dict[str, Any],
-                 clears_resume: bool) -> None:
-    """Steps 4–5, where they cost least: on the loop when nothing is committed (the agent wrote
-    its rows; activity is memory-only); on the loop too when the only commit is the first
-    turn's ``session_meta`` row at ``synchronous=NORMAL`` (a page-cache write, cheaper than the
-    hop) and no other writer is in the way; in one worker thread otherwise."""
-    store = runner.async_session_store
-    args = (entry, session_key, event, needs_meta, history_len, result, clears_resume)
-    if clears_resume:
-        await store.call(_close_turn, *args)
-    elif not transcript.writes_rows(first_turn=needs_meta, result=result):
-        store.call_here(_close_turn, *args)
-    elif (transcript.writes_only_meta(first_turn=needs_meta, result=result)
-          and runner._commits_cheaply()):
-        try:
-            with writes_without_waiting():
-                store.call_here(_close_turn, *args)
-        except WriterBusyError:
-            await store.call(_close_turn, *args)
-    else:
-        await store.call(_close_turn, *args)
-
-
-async def _answered_before(runner: GatewayRunner, message_id: str, opened: _Opened,
-                           session_key: str) -> str | None:
-    """A message the platform delivered again whose turn finished: its stored reply
-    (``redelivery``), without running the model or writing anything; ``None`` otherwise."""
-    answered = redelivery.stored_answer(opened.history, message_id)
-    if answered is None:
-        return None
-    logger.info("message %s of %s was delivered again after its turn finished; answering "
-                "with the stored reply", message_id, session_key)
-    if answered.is_last_turn and opened.entry.resume_pending:
-        # The transcript shows the conversation's last turn finished: nothing to resume.
-        await runner.async_session_store.call(lambda s: s.clear_resume_pending(session_key))
-    return answered.reply
-
-
-async def handle_with_agent(runner: GatewayRunner, event: MessageEvent, source: SessionSource,
+async def handle_with_agent(runner: TurnHost, event: MessageEvent, source: SessionSource,
                             session_key: str, run_generation: int) -> str | None:
+    """One turn: steps 1–6 of the module docstring."""
     client = event.client
     opened = await _open(runner, event, source, session_key)
     if opened is None:
@@ -286,3 +162,128 @@ async def handle_with_agent(runner: GatewayRunner, event: MessageEvent, source: 
     await runner.hooks.emit("agent:end", {**context, "response": reply,
                                           "seconds": time.monotonic() - started})
     return str(reply) if reply is not None else None
+
+
+@dataclass(frozen=True)
+class _Opened:
+    entry: SessionEntry
+    history: list[dict[str, Any]]  # the agent's ``conversation_history``
+    starts: bool  # the stored transcript was empty: the conversation starts with this turn
+    needs_meta: bool  # it has no ``session_meta`` row yet: this turn writes it
+
+
+async def _open(runner: TurnHost, event: MessageEvent, source: SessionSource,
+                session_key: str) -> _Opened | None:
+    """Step 1; ``None`` for a continued client conversation that does not exist. A
+    conversation with a cached agent has its routing entry in memory (this process routed its
+    last turn), so it is looked up on the loop; its transcript is read there too when the live
+    count says it is short. Anything else takes one thread hop."""
+    client = event.client
+    if client is not None and client.history is not None:
+        return await _open_stateless(runner, source, session_key, client.history)
+    store = runner.async_session_store
+    create = client is None  # a client names a conversation to continue: it must exist
+    if not runner._has_cached_agent(session_key):
+        opened = await store.call(_open_turn, source, create)
+        if opened is None:
+            return None
+        entry, stored = opened
+    else:
+        found = store.call_here(_lookup, source, create)
+        if found is None:
+            return None
+        entry = found
+        live = runner._live_message_count(entry.session_id)
+        if live is not None and live <= INLINE_OPEN_MAX_ROWS:
+            stored = store.call_here(lambda s: s.load_transcript(entry.session_id))
+        else:
+            stored = await store.call(lambda s: s.load_transcript(entry.session_id))
+    # Marker rows describe the transcript; they are not conversation for the model.
+    history = [m for m in stored if m.get("role") != "session_meta"]
+    # A first turn that died before its end never wrote its marker: the next one does.
+    return _Opened(entry, history, starts=not stored, needs_meta=len(history) == len(stored))
+
+
+def _lookup(store: SessionStore, source: SessionSource, create: bool) -> SessionEntry | None:
+    return store.get_or_create_session(source) if create else store.find_session(source)
+
+
+def _open_turn(store: SessionStore, source: SessionSource,
+               create: bool) -> tuple[SessionEntry, list[dict[str, Any]]] | None:
+    entry = _lookup(store, source, create)
+    return None if entry is None else (entry, store.load_transcript(entry.session_id))
+
+
+async def _open_stateless(runner: TurnHost, source: SessionSource, session_key: str,
+                          history: list[dict[str, Any]]) -> _Opened:
+    """Step 1 of a stateless client turn: the session named by the conversation's fingerprint
+    (``source.thread_id``), and no transcript read (the client sent the history). A session's
+    first turn writes the history it arrives with, once."""
+    store = runner.async_session_store
+
+    def lookup(s: SessionStore) -> SessionEntry:
+        return s.get_or_create_session(source, source.thread_id)
+
+    entry = (store.call_here(lookup) if runner._has_cached_agent(session_key)
+             else await store.call(lookup))
+    starts = runner._live_message_count(entry.session_id) == 0
+    if starts and history:
+        await store.call(lambda s: s.append_conversation(entry.session_id, history))
+    return _Opened(entry, history, starts=starts, needs_meta=starts)
+
+
+async def _answered_before(runner: TurnHost, message_id: str, opened: _Opened,
+                           session_key: str) -> str | None:
+    """A message the platform delivered again whose turn finished: its stored reply
+    (``redelivery``), without running the model or writing anything; ``None`` otherwise."""
+    answered = redelivery.stored_answer(opened.history, message_id)
+    if answered is None:
+        return None
+    logger.info("message %s of %s was delivered again after its turn finished; answering "
+                "with the stored reply", message_id, session_key)
+    if answered.is_last_turn and opened.entry.resume_pending:
+        # The transcript shows the conversation's last turn finished: nothing to resume.
+        await runner.async_session_store.call(lambda s: s.clear_resume_pending(session_key))
+    return answered.reply
+
+
+async def _close(runner: TurnHost, entry: SessionEntry, session_key: str,
+                 event: MessageEvent, needs_meta: bool, history_len: int, result: dict[str, Any],
+                 clears_resume: bool) -> None:
+    """Steps 4–5, where they cost least: on the loop when nothing is committed (the agent wrote
+    its rows; activity is memory-only); on the loop too when the only commit is the first
+    turn's ``session_meta`` row at ``synchronous=NORMAL`` (a page-cache write, cheaper than the
+    hop) and no other writer is in the way; in one worker thread otherwise."""
+    store = runner.async_session_store
+    args = (entry, session_key, event, needs_meta, history_len, result, clears_resume)
+    if clears_resume:
+        await store.call(_close_turn, *args)
+    elif not transcript.writes_rows(first_turn=needs_meta, result=result):
+        store.call_here(_close_turn, *args)
+    elif (transcript.writes_only_meta(first_turn=needs_meta, result=result)
+          and runner._commits_cheaply()):
+        try:
+            with writes_without_waiting():
+                store.call_here(_close_turn, *args)
+        except WriterBusyError:
+            await store.call(_close_turn, *args)
+    else:
+        await store.call(_close_turn, *args)
+
+
+def _close_turn(store: SessionStore, entry: SessionEntry, session_key: str, event: MessageEvent,
+                needs_meta: bool, history_len: int, result: dict[str, Any],
+                clears_resume: bool) -> None:
+    """Every write of a finished turn; the cache re-baseline must follow all of them."""
+    transcript.write_turn(store, entry.session_id, event, first_turn=needs_meta,
+                          history_len=history_len, result=result)
+    try:
+        store.update_session(session_key,
+                             last_prompt_tokens=int(result.get("last_prompt_tokens") or 0))
+        if clears_resume:
+            store.clear_resume_pending(session_key)
+    except HermesError as exc:
+        # Bookkeeping only: the turn's messages are stored (or spooled) and the user gets the
+        # answer; the routing entry catches up on the next turn.
+        logger.warning("could not update the routing entry of %s after its turn: %s",
+                       session_key, exc)
