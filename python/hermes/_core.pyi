@@ -158,9 +158,13 @@ class Store:
         order_by: Sequence[str] = ...,
         limit: int | None = None,
         offset: int = 0,
-    ) -> list[dict[str, Any]]: ...
+    ) -> list[dict[str, Any]]:
+        """Rows of ``relation``: ``columns`` (derived values too, ``"*"`` for every column;
+        None: every column), those ``where`` matches, ordered by ``order_by`` (``"-name"``
+        descending), one page."""
     def count(self, relation: _Relation, where: _Filter | None = None) -> int: ...
-    def write(self, ops: Iterable[Insert | Update | Delete | Append]) -> list[int]: ...
+    def write(self, ops: Iterable[Insert | Update | Delete | Append]) -> list[int]:
+        """Runs ``ops`` in one transaction, all or none; returns the rows each wrote."""
     def create_session(
         self,
         session_id: str,

@@ -10,7 +10,7 @@
 //! `("like", column, pattern)`, `("glob", column, pattern)`,
 //! `("and", [filters])`, `("or", [filters])`, `("not", filter)`.
 //! A column name may also name a derived value of the relation (`preview`,
-//! `last_active` of sessions).
+//! `last_active` of sessions); in a query's columns, `"*"` is every column.
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -89,9 +89,16 @@ fn term(relation: Relation, name: &Bound<'_, PyAny>) -> PyResult<Term> {
     Ok(Term::named(relation, name))
 }
 
-/// `names` as what a query selects.
-pub fn terms(relation: Relation, names: &[String]) -> Vec<Term> {
-    names.iter().map(|n| Term::named(relation, n)).collect()
+/// `names` as what a query selects; `"*"` stands for every column of the
+/// relation (`all`), in the store's order.
+pub fn terms(relation: Relation, names: &[String], all: &[String]) -> Vec<Term> {
+    names
+        .iter()
+        .flat_map(|name| match name.as_str() {
+            "*" => all.iter().map(|c| Term::Column(c.clone())).collect(),
+            name => vec![Term::named(relation, name)],
+        })
+        .collect()
 }
 
 /// `names` as an ordering: `"-name"` is descending.

@@ -241,8 +241,8 @@ impl Store {
         Ok(self.backend.columns().of(relation).to_vec())
     }
 
-    /// Rows of `relation`: `columns` (derived values too; None: every
-    /// column), those `where` matches (a filter tuple), ordered by
+    /// Rows of `relation`: `columns` (derived values too, `"*"` for every
+    /// column; None: every column), those `where` matches (a filter tuple), ordered by
     /// `order_by` (`"-name"` descending), one page.
     #[pyo3(signature = (relation, *, columns = None, r#where = None, order_by = Vec::new(), limit = None, offset = 0))]
     #[allow(clippy::too_many_arguments)]
@@ -259,7 +259,11 @@ impl Store {
         let relation = py_ops::relation(relation)?;
         let query = Query {
             relation,
-            select: py_ops::terms(relation, &columns.unwrap_or_default()),
+            select: py_ops::terms(
+                relation,
+                &columns.unwrap_or_default(),
+                self.backend.columns().of(relation),
+            ),
             filter: py_ops::filter(relation, r#where)?,
             order: py_ops::order(relation, &order_by),
             limit,
@@ -474,19 +478,15 @@ impl Store {
         limit: i64,
         offset: i64,
     ) -> PyResult<Bound<'py, PyList>> {
-        let newest_first = ["started_at", "id"].map(|c| Order {
-            term: Term::Column(c.to_owned()),
-            descending: true,
-        });
-        let query = Query {
-            relation: Relation::Sessions,
-            select: Vec::new(),
-            filter: source.map_or(Filter::All, |s| Filter::eq("source", s)),
-            order: newest_first.into(),
-            limit: Some(limit),
+        let page = Page {
+            source,
+            session_id: None,
+            limit,
             offset,
         };
-        self.rows(py, &query)
+        let backend = &*self.backend;
+        let rows = py.detach(|| backend.list_sessions(&page))?;
+        rows_to_list(py, &rows, decode::row)
     }
 
     /// Full-text search (FTS5 syntax) over content, tool names and tool calls.

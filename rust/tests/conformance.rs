@@ -538,6 +538,47 @@ fn queries_filter_order_page_and_derive() {
 }
 
 #[test]
+fn the_session_list_is_newest_first_by_source_in_pages() {
+    on_every_backend(|open| {
+        let db = open();
+        for (id, source, started) in [
+            ("a", "cli", 1.0),
+            ("b", "tg", 2.0),
+            ("c", "cli", 3.0),
+            ("d", "cli", 3.0),
+        ] {
+            create(&*db, id, source, started);
+        }
+        let list = |source: Option<&str>, limit, offset| {
+            let page = Page {
+                source: source.map(String::from),
+                session_id: None,
+                limit,
+                offset,
+            };
+            ids(&db.list_sessions(&page).unwrap())
+        };
+        assert_eq!(
+            list(None, 10, 0),
+            [text("d"), text("c"), text("b"), text("a")]
+        );
+        assert_eq!(list(Some("cli"), 2, 0), [text("d"), text("c")]);
+        assert_eq!(list(Some("cli"), 2, 2), [text("a")]);
+        assert_eq!(list(Some("none"), 10, 0), Vec::<Value>::new());
+        let every_column = db
+            .list_sessions(&Page {
+                limit: 1,
+                ..Page::default()
+            })
+            .unwrap();
+        assert_eq!(
+            every_column.columns.len(),
+            db.columns().of(Relation::Sessions).len()
+        );
+    });
+}
+
+#[test]
 fn a_transaction_writes_all_or_nothing() {
     on_every_backend(|open| {
         let db = open();

@@ -103,16 +103,10 @@ pub fn commit(
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::{append, at};
     use super::*;
     use crate::error::StorageKind;
-    use crate::model::NewMessage;
-    use crate::store::Location;
-    use std::path::PathBuf;
     use std::time::Duration;
-
-    fn at() -> Location {
-        Location::File(PathBuf::from("/tmp/state.db"))
-    }
 
     fn busy() -> Error {
         Error::Storage {
@@ -154,14 +148,6 @@ mod tests {
                 .iter()
                 .map(|&i| WriteOut::Ids(vec![i as i64]))
                 .collect())
-        }
-    }
-
-    fn append(session_id: &str) -> WriteOp {
-        WriteOp::Append {
-            session_id: session_id.into(),
-            rows: vec![NewMessage::text("user", "x", 1.0)],
-            once_key: None,
         }
     }
 

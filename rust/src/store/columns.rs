@@ -97,24 +97,8 @@ impl Columns {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::columns;
     use super::*;
-    use std::path::PathBuf;
-
-    fn columns() -> Columns {
-        let at = Location::File(PathBuf::from("/data/state.db"));
-        Columns::read(&at, |relation| -> std::result::Result<_, ()> {
-            Ok(match relation {
-                Relation::Sessions => vec!["id", "source", "title", "message_count"],
-                Relation::Messages => vec!["id", "session_id", "content", "active"],
-                Relation::GatewayRouting => vec!["scope", "session_key", "entry_json"],
-                Relation::StateMeta => vec!["key", "value"],
-            }
-            .into_iter()
-            .map(String::from)
-            .collect())
-        })
-        .unwrap()
-    }
 
     #[test]
     fn a_column_is_checked_for_what_it_is_named_for() {

@@ -17,6 +17,8 @@ mod own_appends;
 pub mod query;
 mod relation;
 pub mod sqlite;
+#[cfg(test)]
+mod test_support;
 mod write;
 
 pub use group_commit::GroupCommit;
@@ -95,7 +97,7 @@ pub fn open(location: &OsStr, options: Options) -> Result<Box<dyn Backend>> {
     }
 }
 
-/// Filters for searching.
+/// Filters and page of a search or a session list.
 #[derive(Debug, Clone, Default)]
 pub struct Page {
     pub source: Option<String>,
@@ -106,8 +108,8 @@ pub struct Page {
 
 /// A store. Beside the typed operations ([`Backend::query`],
 /// [`Backend::write`]) it keeps dedicated methods only for the hot paths
-/// (the flush, the coherence guard's count, the transcript load) and for
-/// search; everything else is a typed operation (docs/ARCHITECTURE.md, "How
+/// (the flush, the coherence guard's count, the transcript load), for the
+/// session list and for search; everything else is a typed operation (docs/ARCHITECTURE.md, "How
 /// a store method is added").
 pub trait Backend: Send + Sync {
     /// Where this backend stores, for messages.
@@ -146,6 +148,11 @@ pub trait Backend: Send + Sync {
         include_inactive: bool,
         sink: &mut dyn FnMut(Table) -> bool,
     ) -> Result<()>;
+    /// Sessions, newest first (`started_at`, then `id`, descending), of one
+    /// source or all. Dedicated rather than a typed query: without
+    /// statistics, SQLite would search a source's sessions by its index and
+    /// sort them all; this walks the start-time index and stops at the page.
+    fn list_sessions(&self, page: &Page) -> Result<Table>;
     /// Full-text search, with the query syntax of SQLite's FTS5.
     fn search(&self, query: &str, page: &Page) -> Result<Table>;
     fn has_platform_message_id(&self, session_id: &str, platform_message_id: &str) -> Result<bool>;

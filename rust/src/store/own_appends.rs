@@ -39,17 +39,9 @@ impl OwnAppends {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::append;
     use super::*;
     use crate::error::Error;
-    use crate::model::NewMessage;
-
-    fn append(session_id: &str) -> WriteOp {
-        WriteOp::Append {
-            session_id: session_id.into(),
-            rows: vec![NewMessage::text("user", "x", 1.0)],
-            once_key: None,
-        }
-    }
 
     #[test]
     fn only_committed_appends_count_including_those_inside_a_transaction() {

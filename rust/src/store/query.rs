@@ -200,20 +200,8 @@ impl Query {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::columns;
     use super::*;
-    use crate::store::Location;
-    use std::path::PathBuf;
-
-    fn columns() -> Columns {
-        let at = Location::File(PathBuf::from("/data/state.db"));
-        Columns::read(&at, |relation| -> std::result::Result<_, ()> {
-            Ok(match relation {
-                Relation::Sessions => vec!["id".to_owned(), "source".to_owned()],
-                _ => vec!["id".to_owned(), "session_id".to_owned()],
-            })
-        })
-        .unwrap()
-    }
 
     #[test]
     fn derived_values_are_found_by_name_for_their_relation_only() {

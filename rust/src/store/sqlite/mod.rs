@@ -173,6 +173,10 @@ impl Backend for SqliteBackend {
         self.conversation_tables(session_id, include_inactive, sink)
     }
 
+    fn list_sessions(&self, page: &Page) -> Result<Table> {
+        self.newest_sessions(page)
+    }
+
     fn search(&self, query: &str, page: &Page) -> Result<Table> {
         self.search_messages(query, page)
     }

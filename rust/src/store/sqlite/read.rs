@@ -1,6 +1,6 @@
 //! Reads, on a pool of reader connections (one borrowed per read).
 
-use rusqlite::{params_from_iter, Connection, OptionalExtension};
+use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
 
 use super::connection::connect;
 use super::error::{classify, note_short_read, At};
@@ -8,7 +8,7 @@ use super::sql::Sql;
 use super::{tables, SqliteBackend};
 use crate::error::Result;
 use crate::model::{Table, CONVERSATION_COLUMNS, MESSAGE_COLUMNS};
-use crate::store::{lock, Filter, Query, Relation};
+use crate::store::{lock, Filter, Page, Query, Relation};
 
 /// A session's messages (`columns` of them) in insertion order.
 fn messages_sql(columns: &str, include_inactive: bool) -> String {
@@ -95,6 +95,17 @@ impl SqliteBackend {
         self.read(|c| {
             let sql = messages_sql(CONVERSATION_COLUMNS, include_inactive);
             tables::read_ahead(c, &sql, [session_id], sink)
+        })
+    }
+
+    pub(super) fn newest_sessions(&self, page: &Page) -> Result<Table> {
+        self.read(|c| {
+            tables::all(
+                c,
+                "SELECT * FROM sessions WHERE (?1 IS NULL OR source = ?1)
+                 ORDER BY started_at DESC, id DESC LIMIT ?2 OFFSET ?3",
+                params![page.source, page.limit, page.offset],
+            )
         })
     }
 

@@ -39,13 +39,10 @@ impl ToSql for Value {
     }
 }
 
-/// `name` as a quoted SQL identifier.
-pub fn quote(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// SQL text and the values it binds.
-#[derive(Debug, Default)]
+/// SQL text and the values it binds, written straight into one buffer (a
+/// generic operation's statement is built on every call, so it is built
+/// without temporaries).
+#[derive(Debug)]
 pub struct Sql<'v> {
     pub text: String,
     pub params: Vec<ValueRef<'v>>,
@@ -54,65 +51,83 @@ pub struct Sql<'v> {
 }
 
 impl<'v> Sql<'v> {
+    fn new() -> Self {
+        Sql {
+            text: String::with_capacity(256),
+            params: Vec::with_capacity(8),
+            aliases: 0,
+        }
+    }
+
     /// The rows of `query`.
     pub fn select(query: &'v Query) -> Self {
-        let mut sql = Sql::default();
+        let mut sql = Sql::new();
         sql.query(query);
         sql
     }
 
     /// How many rows of `relation` match `filter`.
     pub fn count(relation: Relation, filter: &'v Filter) -> Self {
-        let mut sql = Sql::default();
-        let alias = sql.alias();
-        sql.text = format!("SELECT COUNT(*) FROM {} AS {alias} WHERE ", relation.name());
-        sql.filter(&alias, filter);
+        let mut sql = Sql::new();
+        sql.push("SELECT COUNT(*) FROM ");
+        let alias = sql.from(relation);
+        sql.push(" WHERE ");
+        sql.filter(alias, filter);
         sql
     }
 
     pub fn insert(insert: &'v Insert) -> Self {
-        let table = insert.relation.name();
-        let names: Vec<String> = insert.values.iter().map(|(c, _)| quote(c)).collect();
-        let mut sql = Sql {
-            text: format!(
-                "INSERT INTO {table} ({}) VALUES ({})",
-                names.join(", "),
-                vec!["?"; names.len()].join(", ")
-            ),
-            params: insert.values.iter().map(|(_, v)| v.as_ref()).collect(),
-            aliases: 0,
-        };
-        let key = insert.relation.key();
-        let others: Vec<&String> = insert
-            .values
-            .iter()
-            .map(|(c, _)| c)
-            .filter(|c| !key.contains(&c.as_str()))
-            .collect();
-        let target: Vec<String> = key.iter().map(|c| quote(c)).collect();
-        let target = target.join(", ");
-        let set = |each: &dyn Fn(&str) -> String| -> String {
-            others
+        let mut sql = Sql::new();
+        let relation = insert.relation;
+        sql.push("INSERT INTO ");
+        sql.push(relation.name());
+        sql.push(" (");
+        for (n, (column, _)) in insert.values.iter().enumerate() {
+            sql.comma(n);
+            sql.ident(column);
+        }
+        sql.push(") VALUES (");
+        for (n, (_, value)) in insert.values.iter().enumerate() {
+            sql.comma(n);
+            sql.bind(value.as_ref());
+        }
+        sql.push(")");
+        let key = relation.key();
+        let others = || {
+            insert
+                .values
                 .iter()
-                .map(|c| each(&quote(c)))
-                .collect::<Vec<_>>()
-                .join(", ")
+                .map(|(c, _)| c.as_str())
+                .filter(|c| !key.contains(c))
         };
-        match insert.on_conflict {
-            OnConflict::Fail => {}
-            OnConflict::Ignore => {
-                sql.text += &format!(" ON CONFLICT ({target}) DO NOTHING");
-            }
-            _ if others.is_empty() => {
-                sql.text += &format!(" ON CONFLICT ({target}) DO NOTHING");
-            }
-            OnConflict::Replace => {
-                let set = set(&|c| format!("{c} = excluded.{c}"));
-                sql.text += &format!(" ON CONFLICT ({target}) DO UPDATE SET {set}");
-            }
-            OnConflict::FillNulls => {
-                let set = set(&|c| format!("{c} = COALESCE({table}.{c}, excluded.{c})"));
-                sql.text += &format!(" ON CONFLICT ({target}) DO UPDATE SET {set}");
+        if insert.on_conflict == OnConflict::Fail {
+            return sql;
+        }
+        sql.push(" ON CONFLICT (");
+        for (n, column) in key.iter().enumerate() {
+            sql.comma(n);
+            sql.ident(column);
+        }
+        sql.push(")");
+        if insert.on_conflict == OnConflict::Ignore || others().next().is_none() {
+            sql.push(" DO NOTHING");
+            return sql;
+        }
+        sql.push(" DO UPDATE SET ");
+        for (n, column) in others().enumerate() {
+            sql.comma(n);
+            sql.ident(column);
+            if insert.on_conflict == OnConflict::FillNulls {
+                sql.push(" = COALESCE(");
+                sql.push(relation.name());
+                sql.push(".");
+                sql.ident(column);
+                sql.push(", excluded.");
+                sql.ident(column);
+                sql.push(")");
+            } else {
+                sql.push(" = excluded.");
+                sql.ident(column);
             }
         }
         sql
@@ -120,50 +135,92 @@ impl<'v> Sql<'v> {
 
     /// The update, returning `returning` of each changed row (if given).
     pub fn update(update: &'v Update, returning: Option<&str>) -> Self {
-        let mut sql = Sql::default();
-        let alias = sql.alias();
-        sql.text = format!("UPDATE {} AS {alias} SET ", update.relation.name());
+        let mut sql = Sql::new();
+        sql.push("UPDATE ");
+        let alias = sql.from(update.relation);
+        sql.push(" SET ");
         for (n, (column, assign)) in update.set.iter().enumerate() {
-            if n > 0 {
-                sql.text.push_str(", ");
-            }
-            let column = quote(column);
+            sql.comma(n);
+            sql.ident(column);
             match assign {
                 Assign::Value(value) => {
-                    sql.text += &format!("{column} = ");
+                    sql.push(" = ");
                     sql.bind(value.as_ref());
                 }
                 Assign::Add(n) => {
-                    sql.text += &format!("{column} = COALESCE({column}, 0) + ");
+                    sql.push(" = COALESCE(");
+                    sql.ident(column);
+                    sql.push(", 0) + ");
                     sql.bind(ValueRef::Integer(*n));
                 }
             }
         }
-        sql.text.push_str(" WHERE ");
-        sql.filter(&alias, &update.filter);
+        sql.push(" WHERE ");
+        sql.filter(alias, &update.filter);
         sql.returning(returning);
         sql
     }
 
     /// The delete, returning `returning` of each deleted row (if given).
     pub fn delete(delete: &'v Delete, returning: Option<&str>) -> Self {
-        let mut sql = Sql::default();
-        let alias = sql.alias();
-        sql.text = format!("DELETE FROM {} AS {alias} WHERE ", delete.relation.name());
-        sql.filter(&alias, &delete.filter);
+        let mut sql = Sql::new();
+        sql.push("DELETE FROM ");
+        let alias = sql.from(delete.relation);
+        sql.push(" WHERE ");
+        sql.filter(alias, &delete.filter);
         sql.returning(returning);
         sql
     }
 
-    fn returning(&mut self, returning: Option<&str>) {
-        if let Some(columns) = returning {
-            self.text += &format!(" RETURNING {columns}");
+    fn push(&mut self, text: &str) {
+        self.text.push_str(text);
+    }
+
+    fn comma(&mut self, n: usize) {
+        if n > 0 {
+            self.push(", ");
         }
     }
 
-    fn alias(&mut self) -> String {
+    /// `name` as a quoted SQL identifier.
+    fn ident(&mut self, name: &str) {
+        self.text.push('"');
+        for part in name.split_inclusive('"') {
+            self.text.push_str(part);
+            if part.ends_with('"') {
+                self.text.push('"');
+            }
+        }
+        self.text.push('"');
+    }
+
+    /// `relation AS tN`, returning N.
+    fn from(&mut self, relation: Relation) -> usize {
+        let alias = self.aliases;
         self.aliases += 1;
-        format!("t{}", self.aliases - 1)
+        self.push(relation.name());
+        self.push(" AS ");
+        self.alias(alias);
+        alias
+    }
+
+    fn alias(&mut self, alias: usize) {
+        use std::fmt::Write as _;
+        let _ = write!(self.text, "t{alias}");
+    }
+
+    /// `tN."column"`.
+    fn column(&mut self, alias: usize, name: &str) {
+        self.alias(alias);
+        self.text.push('.');
+        self.ident(name);
+    }
+
+    fn returning(&mut self, returning: Option<&str>) {
+        if let Some(columns) = returning {
+            self.push(" RETURNING ");
+            self.push(columns);
+        }
     }
 
     fn bind(&mut self, value: ValueRef<'v>) {
@@ -172,61 +229,68 @@ impl<'v> Sql<'v> {
     }
 
     fn query(&mut self, query: &'v Query) {
-        let alias = self.alias();
-        self.text.push_str("SELECT ");
+        self.push("SELECT ");
+        let alias = self.aliases;
         if query.select.is_empty() {
-            self.text += &format!("{alias}.*");
+            self.alias(alias);
+            self.push(".*");
         }
         for (n, term) in query.select.iter().enumerate() {
-            if n > 0 {
-                self.text.push_str(", ");
-            }
-            self.term(&alias, term);
+            self.comma(n);
+            self.term(alias, term);
             if let Term::Derived(d) = term {
-                self.text += &format!(" AS {}", quote(d.name()));
+                self.push(" AS ");
+                self.ident(d.name());
             }
         }
-        self.text += &format!(" FROM {} AS {alias} WHERE ", query.relation.name());
-        self.filter(&alias, &query.filter);
+        self.push(" FROM ");
+        self.from(query.relation);
+        self.push(" WHERE ");
+        self.filter(alias, &query.filter);
         for (n, order) in query.order.iter().enumerate() {
-            self.text.push_str(if n == 0 { " ORDER BY " } else { ", " });
-            self.term(&alias, &order.term);
-            self.text
-                .push_str(if order.descending { " DESC" } else { " ASC" });
+            self.push(if n == 0 { " ORDER BY " } else { ", " });
+            self.term(alias, &order.term);
+            self.push(if order.descending { " DESC" } else { " ASC" });
         }
         if query.limit.is_some() || query.offset > 0 {
-            self.text.push_str(" LIMIT ");
+            self.push(" LIMIT ");
             self.bind(ValueRef::Integer(query.limit.unwrap_or(-1)));
-            self.text.push_str(" OFFSET ");
+            self.push(" OFFSET ");
             self.bind(ValueRef::Integer(query.offset));
         }
     }
 
-    fn term(&mut self, alias: &str, term: &Term) {
+    fn term(&mut self, alias: usize, term: &Term) {
         match term {
-            Term::Column(name) => self.text += &format!("{alias}.{}", quote(name)),
+            Term::Column(name) => self.column(alias, name),
             Term::Derived(Derived::Preview) => {
-                self.text += &format!(
-                    "COALESCE((SELECT SUBSTR(REPLACE(REPLACE(m.content, X'0A', ' '), X'0D', ' '), 1, 63)
-                     FROM messages m WHERE m.session_id = {alias}.id AND m.role = 'user'
-                     AND m.content IS NOT NULL ORDER BY m.id LIMIT 1), '')"
-                )
+                self.push(
+                    "COALESCE((SELECT SUBSTR(REPLACE(REPLACE(m.content, X'0A', ' '), X'0D', ' '), 1, 63) \
+                     FROM messages m WHERE m.session_id = ",
+                );
+                self.column(alias, "id");
+                self.push(
+                    " AND m.role = 'user' AND m.content IS NOT NULL ORDER BY m.id LIMIT 1), '')",
+                );
             }
             Term::Derived(Derived::LastActive) => {
-                self.text += &format!(
-                    "COALESCE((SELECT MAX(m.timestamp) FROM messages m
-                     WHERE m.session_id = {alias}.id), {alias}.started_at)"
-                )
+                self.push(
+                    "COALESCE((SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = ",
+                );
+                self.column(alias, "id");
+                self.push("), ");
+                self.column(alias, "started_at");
+                self.push(")");
             }
         }
     }
 
-    fn filter(&mut self, alias: &str, filter: &'v Filter) {
+    fn filter(&mut self, alias: usize, filter: &'v Filter) {
         match filter {
-            Filter::All => self.text.push('1'),
+            Filter::All => self.push("1"),
             Filter::Compare(term, cmp, value) => {
                 self.term(alias, term);
-                self.text.push_str(match cmp {
+                self.push(match cmp {
                     Cmp::Eq => " = ",
                     Cmp::Ne => " != ",
                     Cmp::Lt => " < ",
@@ -236,65 +300,58 @@ impl<'v> Sql<'v> {
                 });
                 self.bind(value.as_ref());
             }
-            Filter::In(_, values) if values.is_empty() => self.text.push('0'),
+            Filter::In(_, values) if values.is_empty() => self.push("0"),
             Filter::In(term, values) => {
                 self.term(alias, term);
-                self.text.push_str(" IN (");
+                self.push(" IN (");
                 for (n, value) in values.iter().enumerate() {
-                    if n > 0 {
-                        self.text.push_str(", ");
-                    }
+                    self.comma(n);
                     self.bind(value.as_ref());
                 }
-                self.text.push(')');
+                self.push(")");
             }
             Filter::InQuery(term, query) => {
                 self.term(alias, term);
-                self.text.push_str(" IN (");
+                self.push(" IN (");
                 self.query(query);
-                self.text.push(')');
+                self.push(")");
             }
             Filter::IsNull(term) => {
                 self.term(alias, term);
-                self.text.push_str(" IS NULL");
+                self.push(" IS NULL");
             }
             Filter::Like(term, pattern) => {
                 self.term(alias, term);
-                self.text.push_str(" LIKE ");
+                self.push(" LIKE ");
                 self.bind(ValueRef::Text(pattern.as_bytes()));
-                self.text.push_str(" ESCAPE '\\'");
+                self.push(" ESCAPE '\\'");
             }
             Filter::Glob(term, pattern) => {
                 self.term(alias, term);
-                self.text.push_str(" GLOB ");
+                self.push(" GLOB ");
                 self.bind(ValueRef::Text(pattern.as_bytes()));
             }
-            Filter::And(all) | Filter::Or(all) if all.is_empty() => {
-                self.text.push(if matches!(filter, Filter::And(_)) {
-                    '1'
-                } else {
-                    '0'
-                })
-            }
+            Filter::And(all) if all.is_empty() => self.push("1"),
+            Filter::Or(all) if all.is_empty() => self.push("0"),
             Filter::And(all) | Filter::Or(all) => {
                 let joint = if matches!(filter, Filter::And(_)) {
                     " AND "
                 } else {
                     " OR "
                 };
-                self.text.push('(');
+                self.push("(");
                 for (n, inner) in all.iter().enumerate() {
                     if n > 0 {
-                        self.text.push_str(joint);
+                        self.push(joint);
                     }
                     self.filter(alias, inner);
                 }
-                self.text.push(')');
+                self.push(")");
             }
             Filter::Not(inner) => {
-                self.text.push_str("NOT (");
+                self.push("NOT (");
                 self.filter(alias, inner);
-                self.text.push(')');
+                self.push(")");
             }
         }
     }
