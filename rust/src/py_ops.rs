@@ -105,15 +105,15 @@ pub fn terms(relation: Relation, names: &[String], all: &[String]) -> Vec<Term> 
 pub fn order(relation: Relation, names: &[String]) -> Vec<Order> {
     names
         .iter()
-        .map(|name| match name.strip_prefix('-') {
-            Some(name) => Order {
+        .map(|name| {
+            let (name, descending) = match name.strip_prefix('-') {
+                Some(name) => (name, true),
+                None => (name.as_str(), false),
+            };
+            Order {
                 term: Term::named(relation, name),
-                descending: true,
-            },
-            None => Order {
-                term: Term::named(relation, name),
-                descending: false,
-            },
+                descending,
+            }
         })
         .collect()
 }

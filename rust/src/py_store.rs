@@ -1,8 +1,10 @@
 //! The Python face of the core: `Store` and `FlushTracker`.
 //!
-//! Each method converts its Python arguments to owned Rust values while
-//! holding the GIL, releases it (`py.detach`) for the SQL, fsync and busy
-//! waits, then converts the result back.
+//! `Store` has the generic `query` / `count` / `write` over the typed
+//! operations (built by `py_ops.rs`), and dedicated methods for the hot
+//! paths. Each method converts its Python arguments to owned Rust values
+//! while holding the GIL, releases it (`py.detach`) for the SQL, fsync and
+//! busy waits, then converts the result back.
 
 use std::path::PathBuf;
 use std::sync::{Mutex, TryLockError};
