@@ -30,7 +30,7 @@ PEERS = ["upstream", "openai", "langgraph"]
 #: The 1000-message growth with idle time between flushes (an agent waiting for its model).
 PACED = "growth:1000:paced"
 #: What back-to-back flushes leave the search indexer (both back-to-back notes say it; the
-#: figures restate rust/src/store/sqlite.rs and search_index.rs).
+#: figures restate rust/src/store/sqlite/ (search_index.rs, upkeep.rs)).
 BACK_TO_BACK_INDEXING = (
     "the indexer then takes the writer between two flushes every 50 ms anyway, 512 rows at a time "
     "(FTS5 at ~10-15 µs a row here), and the next flush waits for it; past 131,072 pending rows each "

@@ -23,11 +23,12 @@ use std::time::Duration;
 use criterion::{criterion_group, BatchSize, Criterion};
 use pyo3::prelude::*;
 use pyo3::types::{IntoPyDict, PyDict, PyList};
+use rusqlite::types::ValueRef as SqlRef;
 use rusqlite::Connection;
 
 use _core::decode;
 use _core::encode::{self, Warnings};
-use _core::model::{Table, CONVERSATION_COLUMNS};
+use _core::model::{Table, ValueRef, CONVERSATION_COLUMNS};
 use _core::py_store::{FlushTracker, Store};
 use _core::tracker::{Known, Tracker};
 
@@ -75,7 +76,13 @@ fn conversation_table(file: &Path) -> Table {
     let mut rows = stmt.query([]).unwrap();
     while let Some(row) = rows.next().unwrap() {
         for i in 0..width {
-            table.push(row.get_ref(i).unwrap());
+            table.push(match row.get_ref(i).unwrap() {
+                SqlRef::Null => ValueRef::Null,
+                SqlRef::Integer(v) => ValueRef::Integer(v),
+                SqlRef::Real(v) => ValueRef::Real(v),
+                SqlRef::Text(v) => ValueRef::Text(v),
+                SqlRef::Blob(v) => ValueRef::Blob(v),
+            });
         }
     }
     table

@@ -141,7 +141,7 @@ fn own_template(args: &Args) -> PathBuf {
     let conn = Connection::open(&path).expect("create the template");
     conn.pragma_update(None, "journal_mode", "WAL").unwrap();
     conn.execute_batch("BEGIN IMMEDIATE").unwrap();
-    _core::schema::ensure(&conn).expect("create the schema");
+    _core::store::sqlite::ensure_schema(&conn).expect("create the schema");
     conn.execute(
         "INSERT INTO sessions (id, source, started_at) VALUES (?1, 'cli', ?2)",
         params![args.session, now()],
