@@ -1,41 +1,83 @@
-# Benchmarks and the peer venv. See BENCHMARKS.md and benches/run.py.
-#   HERMES_PYTHON   interpreter with hermes installed (default: python3)
-HERMES_PYTHON ?= python3
-PEERS_PYTHON  := benches/.peers/venv/bin/python
+# Benchmarks and the peer venv. See BENCHMARKS.md ("How to reproduce").
+#
+# Where results go: every run writes into target/bench/ (untracked), unless asked
+#   PUBLISH=1   to write the tracked results instead: benches/results/ (and BENCHMARKS.md with
+#               benches/plots/ for `make bench`, benches/results/latest-quick.md for `make bench-quick`)
+#   OUT=PATH    to write the results file exactly there (its report and pytest-benchmark JSON beside it)
+#
+#   HERMES_PYTHON  interpreter with hermes installed (default: ./.venv/bin/python, made by scripts/setup)
+#   PEERS_DIR      where the peer venv lives (default: benches/.peers; see benches/setup_peers.sh)
 
-.PHONY: peers bench bench-quick bench-report bench-compare bench-scale interop
+VENV_PYTHON := $(CURDIR)/.venv/bin/python
+HERMES_PYTHON ?= $(if $(wildcard $(VENV_PYTHON)),$(VENV_PYTHON),)
+PEERS_DIR ?= $(CURDIR)/benches/.peers
+export PEERS_DIR
+PEERS_PYTHON := $(abspath $(PEERS_DIR))/venv/bin/python
+WHERE := $(if $(PUBLISH),--publish) $(if $(OUT),--out $(abspath $(OUT)))
 
-# The peers' own venv: hermes-agent 0.19.0, openai-agents, langgraph-checkpoint-sqlite, matplotlib.
+.PHONY: peers hermes-python bench bench-quick bench-check bench-report bench-compare bench-scale \
+	bench-gateway bench-rust interop
+
+# The peers' own venv: hermes-agent 0.19.0, openai-agents, langgraph-checkpoint-sqlite,
+# matplotlib, pytest-benchmark.
 peers:
 	bash benches/setup_peers.sh
 
-# Full run (3 rounds, FULL and NORMAL): benches/results/*.json, BENCHMARKS.md, benches/plots/*.png.
-bench: peers
-	$(HERMES_PYTHON) benches/run.py
+hermes-python:
+	@test -n "$(HERMES_PYTHON)" || { echo "make: no ./.venv/bin/python: run scripts/setup first (or set HERMES_PYTHON)" >&2; exit 1; }
+	@$(HERMES_PYTHON) -c "import hermes._core" 2>/dev/null || { echo "make: $(HERMES_PYTHON) cannot import hermes: run scripts/setup first" >&2; exit 1; }
 
-# Small sizes, 1 round (< 3 minutes): benches/results/latest-quick.{json,md}.
-bench-quick: peers
-	$(HERMES_PYTHON) benches/run.py --quick
+# Full run (3 rounds, FULL and NORMAL, ~60 min): target/bench/results/, its report and plots.
+bench: hermes-python peers
+	$(HERMES_PYTHON) benches/run.py --peers-python $(PEERS_PYTHON) $(WHERE)
 
-# Re-render BENCHMARKS.md and the plots from the latest full results file.
-bench-report:
+# Small sizes, 1 round (~2 minutes): target/bench/results/<utc>-<commit>-quick.{json,md}.
+bench-quick: hermes-python peers
+	$(HERMES_PYTHON) benches/run.py --quick --peers-python $(PEERS_PYTHON) $(WHERE)
+
+# A quick run of the code as it is now, compared figure by figure with BEFORE (default: the
+# published quick run) against both runs' noise probes; fails when a figure of ours is worse
+# beyond the larger probe spread. AFTER=<results file> compares a stored run instead.
+BEFORE ?= benches/results/latest-quick.json
+CHECK_OUT := $(CURDIR)/target/bench/check/quick.json
+bench-check: hermes-python peers
+	@if [ -z "$(AFTER)" ]; then \
+		echo "$(HERMES_PYTHON) benches/run.py --quick --peers-python $(PEERS_PYTHON) --out $(CHECK_OUT)"; \
+		$(HERMES_PYTHON) benches/run.py --quick --peers-python $(PEERS_PYTHON) --out $(CHECK_OUT) || exit 1; \
+	fi
+	$(PEERS_PYTHON) benches/compare.py $(BEFORE) $(or $(AFTER),$(CHECK_OUT))
+
+# Re-render the tracked BENCHMARKS.md and benches/plots/ from the published full results file.
+bench-report: peers
 	$(PEERS_PYTHON) benches/report.py benches/results/latest.json
 
-# The stored runs side by side, operation by operation, with pytest-benchmark's own
-# compare (every run also writes benches/results/pytest-benchmark/<run>.json).
-# Narrow it with RUNS (relative to benches/results), e.g. RUNS="pytest-benchmark/*1b59709*.json".
-# (Run from benches/results: pytest-benchmark would otherwise load this project's pytest setup.)
-RUNS ?= pytest-benchmark/*.json
+# Stored runs side by side, operation by operation, with pytest-benchmark's own compare
+# (every run also writes pytest-benchmark/<run>.json beside its results file).
+# Choose with RUNS (paths or globs from the repository root), e.g.
+# RUNS="benches/results/pytest-benchmark/*0fc1d5a-quick.json target/bench/results/pytest-benchmark/*-quick.json".
+# (Run from /tmp: pytest-benchmark would otherwise load this project's pytest setup.)
+RUNS ?= benches/results/pytest-benchmark/*.json
 bench-compare: peers
-	cd benches/results && $(abspath $(PEERS_PYTHON)) -m pytest_benchmark compare \
-		--group-by=group --sort=name --columns=median,iqr,min,max,rounds $(RUNS)
+	@test -n "$(wildcard $(RUNS))" || { echo "make: no file matches RUNS=$(RUNS)" >&2; exit 1; }
+	cd /tmp && $(PEERS_PYTHON) -m pytest_benchmark compare \
+		--group-by=group --sort=name --columns=median,iqr,min,max,rounds $(abspath $(wildcard $(RUNS)))
 
 # Search over 1M messages and a db growing to 100k sessions, ours vs hermes-agent
-# (~10 min; --quick: ~1 min): benches/results/scale.json, benches/plots/scale_vs_sessions.png.
-# BENCHMARKS.md shows it after the next `make bench` or `make bench-report`.
-bench-scale: peers
-	$(HERMES_PYTHON) benches/scale.py
+# (~10 min): target/bench/results/scale.json. BENCHMARKS.md shows the published one
+# (PUBLISH=1) after the next `make bench PUBLISH=1` or `make bench-report`.
+bench-scale: hermes-python peers
+	$(HERMES_PYTHON) benches/scale.py --peers-python $(PEERS_PYTHON) $(WHERE)
+
+# The gateway's per-turn overhead, ours vs hermes-agent (~1 min):
+# target/bench/results/gateway_turn.json (PUBLISH=1: the one BENCHMARKS.md shows).
+bench-gateway: hermes-python peers
+	$(HERMES_PYTHON) benches/gateway_turn.py --peers-python $(PEERS_PYTHON) $(WHERE)
+
+# cargo bench: the criterion benches of the Rust core (benches/rust/core.rs) and the floor
+# with its defaults (benches/rust/floor.rs). Criterion keeps its reports in target/criterion/.
+bench-rust:
+	cargo bench
 
 # The interop tests against the real hermes-agent 0.19.0.
-interop: peers
-	cd tests && $(HERMES_PYTHON) -m pytest -q -p no:cacheprovider --rootdir .. -c ../pyproject.toml interop
+interop: hermes-python peers
+	cd tests && HERMES_PEERS_PYTHON=$(PEERS_PYTHON) $(HERMES_PYTHON) -m pytest -q -p no:cacheprovider --rootdir .. -c ../pyproject.toml interop

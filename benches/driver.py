@@ -1,18 +1,18 @@
 """Runs the benchmark workloads against ONE system, in this interpreter.
 
 ``benches/run.py`` keeps one serving process per system (``hermes`` in our
-interpreter, the peers in the peer venv) and sends it one workload at a
-time, so that all systems run each workload back to back, round after round.
+interpreter, the peers in the peer venv; ``benchlib.protocol``) and sends it
+one workload at a time (``run(workload, sync, kwargs)``), so that all systems
+run each workload back to back, round after round.
 
-    python benches/driver.py SYSTEM SYNC CONFIG_JSON OUT_JSON   # every workload of CONFIG
-    python benches/driver.py --serve SYSTEM CONFIG_JSON           # one workload per stdin line
+    python benches/driver.py --serve SYSTEM CONFIG_JSON
 
 SYSTEM is ``hermes`` (ours), ``upstream`` (hermes-agent 0.19.0), ``openai``
 (OpenAI Agents SDK ``SQLiteSession``) or ``langgraph`` (``SqliteSaver``).
 Every system gets the same messages (``benches/workload.py``), a fresh file
 per workload, WAL, and ``PRAGMA synchronous`` = SYNC on every connection
-that writes. Raw samples (nanoseconds) are written; ``run.py`` computes the
-statistics the same way for all.
+that writes. Raw samples (nanoseconds) are returned; ``run.py`` computes the
+statistics the same way for all (``benchlib.stats``).
 
 Each system is driven the way its users drive it:
 
@@ -41,10 +41,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib and the other benches
 
 import workload  # noqa: E402
+from benchlib import protocol  # noqa: E402
 
 ns = time.perf_counter_ns
 
@@ -625,19 +625,6 @@ class Bench:
         return [*points, {"rows": rows, "messages": len(live)}]
 
 
-def describe(system: str) -> dict[str, Any]:
-    import sqlite3
-
-    info = {"system": system, "python": sys.version.split()[0], "python_sqlite": sqlite3.sqlite_version}
-    if system == "hermes":
-        import hermes._core as core
-
-        info["sqlite_version"] = core.SQLITE_VERSION
-    else:
-        info["sqlite_version"] = sqlite3.sqlite_version
-    return info
-
-
 def run_one(bench: Bench, name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     method = getattr(bench, name.split(":")[0])
     gc.collect()
@@ -651,34 +638,22 @@ def run_one(bench: Bench, name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
         bench.discard_databases()
 
 
-def serve(system: str, config: dict[str, Any]) -> None:
-    """Line protocol on stdin/stdout: one JSON request, one JSON answer.
+class Server:
+    """The worker side of ``benchlib.protocol``: one ``Bench`` per ``synchronous`` level."""
 
-    Request: ``{"workload": "growth:20", "sync": "FULL", "kwargs": {...}}``.
-    The first line written is this interpreter's description.
-    """
-    out = sys.stdout
-    sys.stdout = sys.stderr  # a chatty import must not corrupt the protocol
-    benches = {}
-    try:
-        out.write(json.dumps(describe(system)) + "\n")
-        out.flush()
-        for line in sys.stdin:
-            if not line.strip():
-                continue
-            req = json.loads(line)
-            sync = req["sync"]
-            if sync not in benches:
-                benches[sync] = Bench(system, sync, config)
-            t0 = time.monotonic()
-            result = run_one(benches[sync], req["workload"], req["kwargs"])
-            if isinstance(result, dict):
-                result["seconds"] = round(time.monotonic() - t0, 2)
-            out.write(json.dumps(result) + "\n")
-            out.flush()
-    finally:
-        for b in benches.values():
-            b.cleanup()
+    def __init__(self, system: str, config: dict[str, Any]) -> None:
+        self.system, self.config = system, config
+        self.benches: dict[str, Bench] = {}
+
+    def run(self, workload: str, sync: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """One workload's raw samples (or ``{"unsupported"|"error": ...}``, a finding)."""
+        if sync not in self.benches:
+            self.benches[sync] = Bench(self.system, sync, self.config)
+        return run_one(self.benches[sync], workload, kwargs)
+
+    def close(self) -> None:
+        for bench in self.benches.values():
+            bench.cleanup()
 
 
 def writer(system: str, sync: str, path: str, sid: str, start: int, turns: int, turn: int, go: str) -> None:
@@ -726,22 +701,10 @@ def main() -> None:
     if sys.argv[1] == "--writer":
         a = sys.argv[2:]
         writer(a[0], a[1], a[2], a[3], int(a[4]), int(a[5]), int(a[6]), a[7])
-        return
-    if sys.argv[1] == "--serve":
-        serve(sys.argv[2], json.loads(sys.argv[3]))
-        return
-    system, sync, config_json, out = sys.argv[1:5]
-    config = json.loads(config_json)
-    bench = Bench(system, sync, config)
-    result: dict[str, Any] = describe(system) | {"sync": sync}
-    try:
-        for name, kwargs in config["plan"]:
-            t0 = time.monotonic()
-            result[name] = run_one(bench, name, kwargs)
-            print(f"  {system:9s} {sync:6s} {name:14s} {time.monotonic() - t0:6.1f}s", file=sys.stderr, flush=True)
-    finally:
-        bench.cleanup()
-    Path(out).write_text(json.dumps(result))
+    elif sys.argv[1] == "--serve":
+        protocol.serve(Server(sys.argv[2], json.loads(sys.argv[3])), sys.argv[2])
+    else:
+        raise SystemExit(__doc__)
 
 
 if __name__ == "__main__":

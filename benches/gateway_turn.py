@@ -16,11 +16,12 @@ functions returning the same values, so the mock machinery (~10 us a call) does 
 overhead being measured; ``--mock-harness`` uses the seed's ``MagicMock``/``AsyncMock``
 methods as they are.
 
-Systems, each in its own process, both kept alive for the whole run:
+Systems, each in its own process (a worker of ``benchlib.protocol``), both kept alive for
+the whole run:
 
 * ``hermes`` (this interpreter): ``hermes.gateway.run.GatewayRunner`` +
   ``hermes.state.SessionDB(path, synchronous=SYNC)`` behind ``hermes.state.AsyncSessionDB``;
-* ``upstream`` (``benches/.peers/venv``): hermes-agent 0.19.0's ``gateway.run.GatewayRunner``
+* ``upstream`` (the peer venv): hermes-agent 0.19.0's ``gateway.run.GatewayRunner``
   + ``hermes_state.SessionDB(path)`` behind ``hermes_state.AsyncSessionDB``, its single
   connection set to ``PRAGMA synchronous=SYNC`` (read back to check).
 
@@ -53,9 +54,11 @@ Afterwards ours runs each cell once more instrumented (``breakdown_ours`` in the
 pieces ``hermes.gateway.turn.handle_with_agent`` awaits and every ``asyncio.to_thread`` hop
 (latency vs work done in the thread) are wrapped and timed, without changing the code.
 
-Writes ``benches/results/gateway_turn.json`` and prints a table. Other modes:
-``--breakdown SYNC`` (only the instrumented run of ours), ``--profile WORKLOAD:SYNC:SYSTEM``
-(cProfile of one cell to ``--out``), ``--mock-harness``. A default run takes about 45 s.
+Writes ``target/bench/results/gateway_turn.json`` (``--publish``: ``benches/results/``, where
+``benches/report.py`` finds it for BENCHMARKS.md; ``--out PATH``: there) and prints a table.
+Other modes: ``--breakdown SYNC`` (only the instrumented run of ours), ``--profile
+WORKLOAD:SYNC:SYSTEM`` (cProfile of one cell to ``--out``, default
+``target/bench/results/gateway_turn.prof``), ``--mock-harness``. A default run takes about 45 s.
 """
 
 from __future__ import annotations
@@ -68,8 +71,6 @@ import json
 import os
 import shutil
 import sqlite3
-import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -78,13 +79,13 @@ import types
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib and the other benches
 
-from run import ranked  # noqa: E402  (one percentile rule for every bench)
+from benchlib import paths, protocol  # noqa: E402
+from benchlib.machine import code_identity, loadavg, machine  # noqa: E402
+from benchlib.render import table  # noqa: E402
+from benchlib.stats import percentile, summary  # noqa: E402
 
-PEER_PYTHON = HERE / ".peers" / "venv" / "bin" / "python"
 ns = time.perf_counter_ns
 
 SYNCS = ("FULL", "NORMAL")
@@ -324,7 +325,9 @@ class Bare:
         self.conn.close()
 
 
-class Worker:
+class Server:
+    """One system's side of ``benchlib.protocol``: each workload a method."""
+
     def __init__(self, system: str, mock_harness: bool) -> None:
         self.system = system
         self.mock_harness = mock_harness
@@ -471,7 +474,7 @@ class Worker:
         got = getattr(self, workload)(sync, n, 20)
         prof.disable()
         prof.dump_stats(out)
-        return {"ok": True, "p50_us": statistics.median(got["turn_ns"]) / 1e3}
+        return {"ok": True, "p50_us": percentile(got["turn_ns"], 0.5) / 1e3}
 
     def breakdown(
         self, workload: str, sync: str, n: int, warmup: int
@@ -547,116 +550,33 @@ class Worker:
             return out
 
         bare_hop = asyncio.run(hops())
+        turn = summary(got["turn_ns"], "us")
         return {
-            "turn_p50_us": statistics.median(got["turn_ns"]) / 1e3,
-            "turn_mean_us": statistics.fmean(got["turn_ns"]) / 1e3,
+            "turn_p50_us": turn["p50_us"],
+            "turn_mean_us": turn["mean_us"],
             "per_turn_mean_us": {k: sum(v) / turns / 1e3 for k, v in acc.items()},
-            "per_call_p50_us": {k: statistics.median(v) / 1e3 for k, v in acc.items()},
+            "per_call_p50_us": {k: percentile(v, 0.5) / 1e3 for k, v in acc.items()},
             "calls_per_turn": {k: len(v) / turns for k, v in acc.items()},
-            "bare_to_thread_p50_us": statistics.median(bare_hop) / 1e3,
+            "bare_to_thread_p50_us": percentile(bare_hop, 0.5) / 1e3,
             "bad_count": got["bad_count"],
         }
 
-    def serve(self) -> None:
-        print(
-            json.dumps(
-                {
-                    "ready": True,
-                    "system": self.system,
-                    "python": sys.version.split()[0],
-                    "sqlite": sqlite3.sqlite_version,
-                }
-            ),
-            flush=True,
-        )
-        try:
-            for line in sys.stdin:
-                cmd = json.loads(line)
-                op = cmd.pop("op")
-                if op == "quit":
-                    break
-                t0 = time.monotonic()
-                out = getattr(self, op)(**cmd)
-                out["wall_s"] = time.monotonic() - t0
-                print(json.dumps(out), flush=True)
-        finally:
-            shutil.rmtree(self.root, ignore_errors=True)
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 # ============================================================================ driver side
 
 
-class Proc:
-    def __init__(self, python: str, system: str, mock_harness: bool) -> None:
-        args = [python, str(Path(__file__).resolve()), "--worker", system]
-        if mock_harness:
-            args.append("--mock-harness")
-        env = dict(os.environ)
-        if system == "upstream":
-            env.pop("PYTHONPATH", None)
-        self.p = subprocess.Popen(
-            args,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=tempfile.gettempdir(),
-        )
-        self.hello = self._read()
-
-    def _read(self) -> dict[str, Any]:
-        line = self.p.stdout.readline()  # type: ignore[union-attr]
-        if not line:
-            raise RuntimeError(f"worker exited (rc={self.p.wait()})")
-        return json.loads(line)
-
-    def call(self, **cmd: Any) -> dict[str, Any]:
-        self.p.stdin.write(json.dumps(cmd) + "\n")  # type: ignore[union-attr]
-        self.p.stdin.flush()  # type: ignore[union-attr]
-        return self._read()
-
-    def close(self) -> None:
-        if self.p.poll() is None:
-            self.p.stdin.write(json.dumps({"op": "quit"}) + "\n")  # type: ignore[union-attr]
-            self.p.stdin.close()  # type: ignore[union-attr]
-        self.p.wait(timeout=30)
+def cell_stats(samples: list[int]) -> dict[str, Any]:
+    """One cell's samples: the one summary, in µs, and turns per second."""
+    return {**summary(samples, "us"), "turns_per_s": len(samples) * 1e9 / sum(samples)}
 
 
-def stats(samples: list[int]) -> dict[str, Any]:
-    s = sorted(samples)
-    n = len(s)
-    total = sum(s)
-    return {
-        "n": n,
-        "p50_us": ranked(s, 0.50) / 1e3,
-        "p90_us": ranked(s, 0.90) / 1e3,
-        "p99_us": ranked(s, 0.99) / 1e3,
-        "mean_us": total / n / 1e3,
-        "min_us": s[0] / 1e3,
-        "max_us": s[-1] / 1e3,
-        "turns_per_s": n * 1e9 / total,
-    }
-
-
-def machine() -> dict[str, Any]:
-    def sh(*a: str) -> str:
-        try:
-            return subprocess.run(
-                a, capture_output=True, text=True, cwd=ROOT, check=False
-            ).stdout.strip()
-        except OSError:
-            return ""
-
-    return {
-        "commit": sh("git", "rev-parse", "--short", "HEAD"),
-        "dirty": bool(sh("git", "status", "--porcelain", "python", "rust")),
-        "cpus": os.cpu_count(),
-        "python": sys.version.split()[0],
-        "sqlite": sqlite3.sqlite_version,
-        "fs": (sh("df", "-T", tempfile.gettempdir()).splitlines() or [""])[-1].split()[
-            1:2
-        ],
-    }
+def serving(python: str, system: str, mock_harness: bool) -> protocol.Worker:
+    """A worker of ``Server`` for ``system`` in ``python``."""
+    args = ["--worker", system, *(["--mock-harness"] if mock_harness else [])]
+    return protocol.Worker(python, Path(__file__).resolve(), *args, name=system)
 
 
 def main() -> None:
@@ -673,7 +593,8 @@ def main() -> None:
     )
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=HERE / "results" / "gateway_turn.json")
+    protocol.add_peers_argument(ap)
+    paths.add_output_arguments(ap, "benches/results/gateway_turn.json (BENCHMARKS.md shows it)")
     ap.add_argument(
         "--profile",
         metavar="WORKLOAD:SYNC:SYSTEM",
@@ -686,15 +607,16 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.worker:
-        Worker(args.worker, args.mock_harness).serve()
+        protocol.serve(Server(args.worker, args.mock_harness), args.worker)
         return
+    out_file = args.out or paths.results_dir(args.publish) / ("gateway_turn.prof" if args.profile else "gateway_turn.json")
     if args.quick:
         args.n, args.rounds, args.warmup = 100, 1, 20
     if args.breakdown:
-        proc = Proc(sys.executable, "hermes", args.mock_harness)
+        proc = serving(sys.executable, "hermes", args.mock_harness)
         for workload in WORKLOADS:
             out = proc.call(
-                op="breakdown",
+                "breakdown",
                 workload=workload,
                 sync=args.breakdown,
                 n=args.n,
@@ -716,30 +638,29 @@ def main() -> None:
         return
     if args.profile:
         workload, sync, system = args.profile.split(":")
-        proc = Proc(
-            sys.executable if system == "hermes" else str(PEER_PYTHON),
-            system,
-            args.mock_harness,
-        )
+        python = sys.executable if system == "hermes" else protocol.peers_python(args.peers_python)
+        proc = serving(python, system, args.mock_harness)
+        out_file.parent.mkdir(parents=True, exist_ok=True)
         print(
             proc.call(
-                op="profile",
+                "profile",
                 workload=workload,
                 sync=sync,
                 n=args.n,
-                out=str(args.out.resolve()),
+                out=str(out_file.resolve()),
             )
         )
         proc.close()
         return
-    if not PEER_PYTHON.exists():
-        sys.exit(f"no peer venv at {PEER_PYTHON}: run benches/setup_peers.sh first")
+    peers = protocol.peers_python(args.peers_python)
+    if not peers:
+        sys.exit("no peer venv (hermes-agent 0.19.0): benches/setup_peers.sh failed, see above")
 
     started = time.time()
-    load_before = os.getloadavg()
+    load_before = loadavg()
     procs = {
-        "hermes": Proc(sys.executable, "hermes", args.mock_harness),
-        "upstream": Proc(str(PEER_PYTHON), "upstream", args.mock_harness),
+        "hermes": serving(sys.executable, "hermes", args.mock_harness),
+        "upstream": serving(peers, "upstream", args.mock_harness),
     }
     rounds: list[dict[str, Any]] = []
     pooled: dict[str, dict[str, list[int]]] = {}
@@ -748,14 +669,15 @@ def main() -> None:
             order = ["hermes", "upstream"] if r % 2 == 0 else ["upstream", "hermes"]
             this: dict[str, Any] = {
                 "order": order,
-                "load": os.getloadavg()[0],
+                "load": loadavg()[0],
                 "cells": {},
             }
             for workload in WORKLOADS:
                 for sync in SYNCS:
                     for system in order:
+                        t0 = time.monotonic()
                         out = procs[system].call(
-                            op=workload, sync=sync, n=args.n, warmup=args.warmup
+                            workload, sync=sync, n=args.n, warmup=args.warmup
                         )
                         if out["bad_count"]:
                             sys.exit(
@@ -767,11 +689,11 @@ def main() -> None:
                                 continue
                             cell = f"{workload}:{sync}:{system}:{series[:-3]}"
                             pooled.setdefault(cell, []).extend(out[series])  # type: ignore[arg-type]
-                            this["cells"][cell] = stats(out[series])
+                            this["cells"][cell] = cell_stats(out[series])
                         print(
                             f"round {r + 1} {workload:6} {sync:6} {system:8} "
-                            f"p50 {statistics.median(out['turn_ns']) / 1e3:9.1f} us "
-                            f"({out['wall_s']:.1f} s)",
+                            f"p50 {percentile(out['turn_ns'], 0.5) / 1e3:9.1f} us "
+                            f"({time.monotonic() - t0:.1f} s)",
                             file=sys.stderr,
                             flush=True,
                         )
@@ -779,7 +701,7 @@ def main() -> None:
         # Ours, instrumented (separately: the wrappers cost a few us): where a turn's time goes.
         breakdown = {
             f"{workload}:{sync}": procs["hermes"].call(
-                op="breakdown",
+                "breakdown",
                 workload=workload,
                 sync=sync,
                 n=min(args.n, 300),
@@ -791,19 +713,19 @@ def main() -> None:
     finally:
         for proc in procs.values():
             proc.close()
-    load_after = os.getloadavg()
+    load_after = loadavg()
 
-    summary = {cell: stats(s) for cell, s in pooled.items()}  # type: ignore[arg-type]
+    cells = {cell: cell_stats(s) for cell, s in pooled.items()}  # type: ignore[arg-type]
 
     def p50(cell: str) -> float:
-        return summary[cell]["p50_us"]
+        return cells[cell]["p50_us"]
 
     ratios: dict[str, Any] = {}
     for workload in WORKLOADS:
         for sync in SYNCS:
             ours, up = (
-                summary[f"{workload}:{sync}:hermes:turn"],
-                summary[f"{workload}:{sync}:upstream:turn"],
+                cells[f"{workload}:{sync}:hermes:turn"],
+                cells[f"{workload}:{sync}:upstream:turn"],
             )
             ratios[f"{workload}:{sync}"] = {
                 "turns_per_s_ours_over_upstream": ours["turns_per_s"]
@@ -842,7 +764,7 @@ def main() -> None:
         )
     # Stability: each round's p50 per turn cell, and how far apart the rounds are.
     spread = {}
-    for cell in summary:
+    for cell in cells:
         values = [rd["cells"][cell]["p50_us"] for rd in rounds if cell in rd["cells"]]
         spread[cell] = {
             "p50_us_by_round": values,
@@ -876,36 +798,34 @@ def main() -> None:
         "utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "wall_s": round(time.time() - started, 1),
         "machine": {
-            **machine(),
+            **machine(Path(tempfile.gettempdir())),
             "load_before": load_before,
             "load_after": load_after,
-            "workers": {k: p.hello for k, p in procs.items()},
+            "workers": {k: p.info for k, p in procs.items()},
         },
+        "code": code_identity(sys.executable),
         "config": {
             "n": args.n,
             "warmup": args.warmup,
             "rounds": args.rounds,
             "harness": "mock" if args.mock_harness else "plain",
         },
-        "summary": summary,
+        "summary": cells,
         "ratios": ratios,
         "targets": targets,
         "rounds": rounds,
         "spread": spread,
         "breakdown_ours": breakdown,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    out_file.write_text(json.dumps(doc, indent=1) + "\n")
     print(render(doc))
-    print(f"\nwrote {args.out} ({doc['wall_s']} s)")
+    print(f"\nwrote {out_file} ({doc['wall_s']} s)")
 
 
 def render(doc: dict[str, Any]) -> str:
     s, r = doc["summary"], doc["ratios"]
-    lines = [
-        "| workload | sync | series | turns/s (ops/s) | p50 µs | p99 µs | rounds' p50 µs |",
-        "|---|---|---|---:|---:|---:|---|",
-    ]
+    rows = []
     for workload in WORKLOADS:
         for sync in SYNCS:
             for system in ("hermes", "upstream"):
@@ -924,11 +844,10 @@ def render(doc: dict[str, Any]) -> str:
                         f"{v:.0f}" for v in doc["spread"][cell]["p50_us_by_round"]
                     )
                     c = s[cell]
-                    lines.append(
-                        f"| {workload} | {sync} | {label} | {c['turns_per_s']:,.0f} | "
-                        f"{c['p50_us']:,.0f} | {c['p99_us']:,.0f} | {by_round} |"
-                    )
-    lines.append("")
+                    rows.append([workload, sync, label, f"{c['turns_per_s']:,.0f}", f"{c['p50_us']:,.0f}",
+                                 f"{c['p99_us']:,.0f}", by_round])
+    header = ["workload", "sync", "series", "turns/s (ops/s)", "p50 µs", "p99 µs", "rounds' p50 µs"]
+    lines = table(header, rows, right=(3, 4, 5))
     for key, v in r.items():
         lines.append(f"{key}: " + ", ".join(f"{k}={x:.2f}" for k, x in v.items()))
     lines.append("")
@@ -945,9 +864,10 @@ def render(doc: dict[str, Any]) -> str:
                 f"p50 {b['per_call_p50_us'][name]:6.1f} us/call  {name}"
             )
     m = doc["machine"]
+    cores = m.get("nproc", m.get("cpus"))  # "cpus" in runs before benchlib.machine
     lines.append(
         f"load average {m['load_before'][0]:.2f} -> {m['load_after'][0]:.2f} "
-        f"on {m['cpus']} cores"
+        f"on {cores} cores"
     )
     return "\n".join(lines)
 

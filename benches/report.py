@@ -15,17 +15,22 @@ import argparse
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib and the other benches
+
+from benchlib import paths  # noqa: E402
+from benchlib.paths import ROOT  # noqa: E402
+from benchlib.render import g, ms, ok, rate, ratio, ratio2, table, us, verdict  # noqa: E402
+from benchlib.stats import spread  # noqa: E402
 
 PEERS = ["upstream", "openai", "langgraph"]
 #: The 1000-message growth with idle time between flushes (an agent waiting for its model).
 PACED = "growth:1000:paced"
 #: What back-to-back flushes leave the search indexer (both back-to-back notes say it; the
-#: figures restate rust/src/store/sqlite.rs and search_index.rs).
+#: figures restate rust/src/store/sqlite/ (search_index.rs, upkeep.rs)).
 BACK_TO_BACK_INDEXING = (
     "the indexer then takes the writer between two flushes every 50 ms anyway, 512 rows at a time "
     "(FTS5 at ~10-15 µs a row here), and the next flush waits for it; past 131,072 pending rows each "
@@ -44,50 +49,13 @@ SHORT = {"hermes": "hermes", "upstream": "hermes-agent", "openai": "OpenAI", "la
 COLORS = {"hermes": "C0", "upstream": "C3", "openai": "C2", "langgraph": "C1", "floor": "k"}
 
 
-def g(d: Any, *keys: Any) -> Any:
-    for k in keys:
-        if isinstance(d, dict):
-            d = d.get(k)
-        elif isinstance(d, list) and isinstance(k, int) and -len(d) <= k < len(d):
-            d = d[k]
-        else:
-            return None
-    return d
-
-
-def ok(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not (isinstance(x, float) and math.isnan(x))
-
-
-def ms(x: Any) -> str:
-    if not ok(x):
-        return "—"
-    if x >= 100:
-        return f"{x:,.0f} ms"
-    if x >= 1:
-        return f"{x:.2f} ms"
-    return f"{x * 1000:.1f} µs"
-
-
-def us(x_ms: Any) -> str:
-    return f"{x_ms * 1000:.2f} µs" if ok(x_ms) else "—"
-
-
-def rate(x: Any) -> str:
-    return f"{x:,.0f}" if ok(x) else "—"
-
-
-def ratio(a: Any, b: Any) -> str:
-    return f"{a / b:.1f}×" if ok(a) and ok(b) and b > 0 else "—"
-
-
-def ratio2(a: Any, b: Any) -> str:
-    return f"{a / b:.2f}×" if ok(a) and ok(b) and b > 0 else "—"
-
-
 class Report:
-    def __init__(self, doc: dict[str, Any]) -> None:
+    """The Markdown of one results file ``src``, written to a file in ``md_dir``
+    (plot links are relative to it), with the plots in ``plots_dir``."""
+
+    def __init__(self, doc: dict[str, Any], src: Path, md_dir: Path, plots_dir: Path) -> None:
         self.doc = doc
+        self.src, self.md_dir, self.plots_dir = src, md_dir, plots_dir
         self.res = doc["results"]
         self.syncs = list(self.res)
         self.lines: list[str] = []
@@ -96,10 +64,7 @@ class Report:
         self.lines.extend(lines)
 
     def table(self, header: list[str], rows: list[list[str]]) -> None:
-        self.w("| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|")
-        for r in rows:
-            self.w("| " + " | ".join(r) + " |")
-        self.w("")
+        self.w(*table(header, rows))
 
     def systems(self, sync: str) -> list[str]:
         return [s for s in ["hermes", *PEERS, "floor"] if s in self.res[sync]]
@@ -137,7 +102,7 @@ class Report:
             f"Every figure below comes from **one run** (`{d['command']}`, {d['kind']}, started "
             f"{d['started_utc']}, {d['seconds']:.0f} s), all systems on the same workload, the same "
             "disk and the same `synchronous` level. Results file: "
-            f"`benches/results/{Path(self.src).name}`.",
+            f"`{paths.shown(self.src)}`.",
             "",
             f"Code: commit `{code['commit']}`{' with uncommitted changes in rust/ or python/' if code['dirty'] else ''}, "
             f"`hermes._core` sha256 `{code['core_sha256']}`.",
@@ -145,15 +110,26 @@ class Report:
             "## How to reproduce",
             "",
             "```sh",
-            "make peers        # the peer venv: hermes-agent 0.19.0, openai-agents, langgraph-checkpoint-sqlite",
-            "make bench        # full run, 3 rounds (~60 min here): benches/results/*.json, BENCHMARKS.md, benches/plots/",
-            "make bench-quick  # small sizes, 1 round (~2 min): benches/results/latest-quick.{json,md}",
-            "make interop      # the file-compatibility tests against the real hermes-agent 0.19.0",
-            "make bench-scale  # search over 1M messages, 1 -> 100k sessions (~10 min): benches/results/scale.json",
-            "python benches/report.py benches/results/<file>.json   # re-render a stored run",
-            "make bench-compare  # stored runs side by side (pytest-benchmark compare over",
-            "                    # benches/results/pytest-benchmark/*.json, one per run)",
+            "scripts/setup       # ./.venv with hermes built from this checkout (the make targets use it)",
+            "make peers          # the peer venv: hermes-agent 0.19.0, openai-agents, langgraph-checkpoint-sqlite",
+            "make bench-quick    # small sizes, 1 round (~2 min)",
+            "make bench          # full run, 3 rounds (~60 min here)",
+            "make bench-check    # a quick run now against the published one, figure by figure, with both",
+            "                    # runs' noise probes (BEFORE=<results file> to choose the other run)",
+            "make bench-compare  # stored runs side by side with pytest-benchmark compare",
+            "                    # (RUNS=<files or globs>; default benches/results/pytest-benchmark/*.json)",
+            "make bench-scale    # search over 1M messages, 1 -> 100k sessions (~10 min)",
+            "make bench-gateway  # the gateway's per-turn overhead (~1 min)",
+            "make bench-rust     # cargo bench: criterion benches of the Rust core, and the floor",
+            "make interop        # the file-compatibility tests against the real hermes-agent 0.19.0",
+            "python benches/report.py benches/results/<file>.json   # re-render a stored run into BENCHMARKS.md",
             "```",
+            "",
+            "A run writes only into `target/bench/` (untracked): its results file, the same figures as "
+            "pytest-benchmark JSON, and its report beside them. `PUBLISH=1` (`--publish`) writes the tracked "
+            "ones instead: `benches/results/` and, for `make bench`, this file and `benches/plots/` "
+            "(`benches/results/latest-quick.md` for `make bench-quick`); `OUT=PATH` (`--out`) writes the results "
+            "file there.",
             "",
             "## Machine",
             "",
@@ -178,7 +154,6 @@ class Report:
     def noise(self) -> None:
         d = self.doc
         a, b = g(d, "probe_start", "p50_ms"), g(d, "probe_end", "p50_ms")
-        spread = abs(a - b) / ((a + b) / 2) * 100 if ok(a) and ok(b) else math.nan
         la, lb = d.get("loadavg_start", []), d.get("loadavg_end", [])
         rounds = d.get("rounds", 1)
         self.w(
@@ -196,7 +171,7 @@ class Report:
             )
             + "A probe (our 20-message flush at FULL, "
             f"{g(d, 'config', 'probe', 'total')} messages) ran first and last: p50 {ms(a)} then {ms(b)}, "
-            f"a spread of **{spread:.0f}%**. Load average {la[0] if la else '?'} at the start, "
+            f"a spread of **{spread(a, b):.0f}%**. Load average {la[0] if la else '?'} at the start, "
             f"{lb[0] if lb else '?'} at the end. Read single figures with that margin; ratios between systems "
             "measured minutes apart carry it too. Latencies at FULL are dominated by the disk's fsync, whose own "
             "spread is shown in the fsync table.",
@@ -805,7 +780,9 @@ class Report:
             "costs. The disk floor is a one-row commit at FULL and a bare 4 KiB write + `fdatasync`. It is a "
             "`cargo bench` target with its own harness, not criterion: it hands the runner every call's raw time, "
             "so its statistics come from the same code as every system's, and its workloads are stateful (a "
-            "transcript that grows flush by flush), which criterion's repeated batches of one closure do not fit.",
+            "transcript that grows flush by flush), which criterion's repeated batches of one closure do not fit. "
+            "`cargo bench` alone runs it with defaults and prints its medians, beside the criterion benches of the "
+            "Rust core (`benches/rust/core.rs`: the tracker's plan, encode and decode of a turn, a flush, a load).",
             "* Same messages for all (`benches/workload.py`): user / assistant with one tool call / tool result, "
             "~600 B of JSON each, deterministic English-like text, one message in ten with CJK, accents and emoji. "
             "Each workload starts on a fresh file; "
@@ -844,7 +821,7 @@ class Report:
     def gateway_turn(self) -> None:
         """The gateway's per-turn overhead (issue [C]), from its own run of
         ``benches/gateway_turn.py`` when one was kept."""
-        path = HERE / "results" / "gateway_turn.json"
+        path = paths.PUBLISHED_RESULTS / "gateway_turn.json"
         if not path.exists():
             return
         import gateway_turn  # stdlib-only at import time, like this script
@@ -874,22 +851,17 @@ class Report:
     def scale(self) -> None:
         """Search over 1M messages and growth to 100k sessions (issue [E]),
         from its own run of ``benches/scale.py`` when one was kept."""
-        path = HERE / "results" / "scale.json"
-        if not path.exists():
-            return
         import scale  # stdlib-only at import time, like this script
 
+        if not scale.RESULTS.exists():
+            return
         try:
-            doc = json.loads(path.read_text())
-            png = getattr(self, "plots_dir", HERE / "plots") / scale.PLOT.name
-            rel = os.path.relpath(png, getattr(self, "md_dir", ROOT)) if png.exists() else None
+            doc = json.loads(scale.RESULTS.read_text())
+            png = self.plots_dir / scale.PLOT.name
+            rel = os.path.relpath(png, self.md_dir) if png.exists() else None
             self.lines += [*scale.render(doc, rel).splitlines(), ""]
         except (ValueError, KeyError, TypeError) as exc:  # a stale or partial file must not sink the report
             self.w("## Scale (issue [E])", "", f"`benches/results/scale.json` could not be rendered: {exc!r}.", "")
-
-
-def verdict(good: bool) -> str:
-    return "**met**" if good else "**missed**"
 
 
 def slope(sizes: list[int], values: list[Any]) -> float:
@@ -996,13 +968,12 @@ def make_plots(doc: dict[str, Any], out_dir: Path, rel_to: Path) -> list[str]:
 
 def scale_plot(out_dir: Path) -> None:
     """Redraws the scale run's plot, which its own section shows (not listed under Plots)."""
-    path = HERE / "results" / "scale.json"
-    if not path.exists():
-        return
     import scale
 
+    if not scale.RESULTS.exists():
+        return
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(scale.RESULTS.read_text())
         if "growth" in doc:
             scale.plot(doc, out_dir / scale.PLOT.name)
     except (ValueError, KeyError, TypeError) as exc:
@@ -1011,17 +982,15 @@ def scale_plot(out_dir: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("results", nargs="?", default=str(HERE / "results" / "latest.json"))
+    ap.add_argument("results", nargs="?", default=str(paths.PUBLISHED_RESULTS / "latest.json"))
     ap.add_argument("--markdown", default=str(ROOT / "BENCHMARKS.md"))
-    ap.add_argument("--plots", default=str(HERE / "plots"), help="directory for PNGs ('' = none)")
+    ap.add_argument("--plots", default=str(paths.PUBLISHED_PLOTS), help="directory for PNGs ('' = none)")
     args = ap.parse_args()
     doc = json.loads(Path(args.results).read_text())
     md = Path(args.markdown)
+    md.parent.mkdir(parents=True, exist_ok=True)
     plots = make_plots(doc, Path(args.plots), md.resolve().parent) if args.plots else []
-    rep = Report(doc)
-    rep.src = args.results  # type: ignore[attr-defined]
-    rep.md_dir = md.resolve().parent  # type: ignore[attr-defined]
-    rep.plots_dir = Path(args.plots or HERE / "plots").resolve()  # type: ignore[attr-defined]
+    rep = Report(doc, Path(args.results), md.resolve().parent, Path(args.plots or paths.PUBLISHED_PLOTS).resolve())
     md.write_text(rep.render(plots))
     print(f"report: {md}" + (f" and {len(plots)} plots in {args.plots}" if plots else ""))
 

@@ -1,20 +1,24 @@
 """Runs every system on the same workloads, side by side, in one run.
 
-    python benches/run.py [--quick] [--sync FULL,NORMAL] [--systems ...]
+    python benches/run.py [--quick] [--publish | --out PATH] [--sync FULL,NORMAL] [--systems ...]
 
 1. makes sure the peer venv exists (``benches/setup_peers.sh``);
 2. builds the floor (``cargo bench --bench floor --no-run``, cached by the
    hash of ``benches/rust/floor.rs`` and ``Cargo.lock``);
 3. for each ``synchronous`` level, runs each system in its own process
-   (``benches/driver.py``; ours in this interpreter, the peers in the peer
-   venv) and the floor binary, on fresh files in one scratch directory;
-4. writes ``benches/results/<utc>-<commit>[-quick].json`` (summaries, plus
-   down-sampled series for the plots) and ``benches/results/latest[-quick].json``,
-   and the same figures as pytest-benchmark JSON in
-   ``benches/results/pytest-benchmark/`` (``make bench-compare`` compares commits);
+   (``benches/driver.py`` behind ``benchlib.protocol``; ours in this
+   interpreter, the peers in the peer venv) and the floor binary, on fresh
+   files in one scratch directory;
+4. writes ``<utc>-<commit>[-quick].json`` (summaries, plus down-sampled series
+   for the plots) and, for a complete run, ``latest[-quick].json``, with the same
+   figures as pytest-benchmark JSON in ``pytest-benchmark/`` beside them
+   (``make bench-compare`` compares runs), into ``target/bench/results/``
+   (untracked), or ``benches/results/`` with ``--publish``;
 5. renders the report (``benches/report.py``, in the peer venv, which has
-   matplotlib): ``BENCHMARKS.md`` and ``benches/plots/*.png`` for a full run,
-   ``benches/results/latest-quick.md`` for a quick one.
+   matplotlib) beside the results file as ``.md`` (a full run's plots in
+   ``target/bench/plots/``); published, ``BENCHMARKS.md`` and
+   ``benches/plots/*.png`` for a full run, ``benches/results/latest-quick.md``
+   for a quick one.
 
 A noise probe (our 20-message flush at FULL) runs first and last; the report
 states how far apart the two were, with the load average.
@@ -28,7 +32,6 @@ import hashlib
 import json
 import math
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -37,12 +40,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib and the other benches
 
 import pytest_benchmark_json  # noqa: E402
 import workload  # noqa: E402
+from benchlib import paths, protocol  # noqa: E402
+from benchlib.machine import code_identity, loadavg, machine  # noqa: E402
+from benchlib.paths import BENCHES, ROOT  # noqa: E402
+from benchlib.render import g  # noqa: E402
+from benchlib.stats import merge, series, summary  # noqa: E402
 
 SYSTEMS = ["hermes", "upstream", "openai", "langgraph"]
 PEERS = {"upstream", "openai", "langgraph"}
@@ -91,62 +97,6 @@ def plan(quick: bool) -> dict[str, Any]:
         "floor": {"turns": "1,20,1000", "total": 10_000, "scaling": ",".join(map(str, sizes)), "reads": 20},
         "probe": {"turn": 20, "total": 2000, "budget_s": 5},
     }
-
-
-# -- statistics (the same for every system) ----------------------------------
-
-
-def pct(samples: list[int], q: float) -> float:
-    """Nearest-rank percentile of nanosecond samples, in nanoseconds."""
-    return ranked(sorted(samples), q)
-
-
-def ranked(ordered: list[int], q: float) -> float:
-    """Nearest-rank percentile of samples already sorted."""
-    if not ordered:
-        return math.nan
-    return float(ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))])
-
-
-def summary(samples: list[int]) -> dict[str, float]:
-    """Percentiles and moments of nanosecond samples, in ms; the quartile and
-    outlier fields are those pytest-benchmark keeps (pytest_benchmark_json.py)."""
-    if not samples:
-        return {"n": 0}
-    samples = sorted(samples)  # once, for every percentile below
-    n, mean = len(samples), sum(samples) / len(samples)
-    stddev = math.sqrt(sum((x - mean) ** 2 for x in samples) / (n - 1)) if n > 1 else 0.0
-    q1, q3 = ranked(samples, 0.25), ranked(samples, 0.75)
-    low, high = q1 - 1.5 * (q3 - q1), q3 + 1.5 * (q3 - q1)
-    return {
-        "n": n,
-        "p50_ms": ranked(samples, 0.50) / 1e6,
-        "p90_ms": ranked(samples, 0.90) / 1e6,
-        "p99_ms": ranked(samples, 0.99) / 1e6,
-        "mean_ms": mean / 1e6,
-        "min_ms": min(samples) / 1e6,
-        "max_ms": max(samples) / 1e6,
-        "stddev_ms": stddev / 1e6,
-        "q1_ms": q1 / 1e6,
-        "q3_ms": q3 / 1e6,
-        "ld15iqr_ms": min(x for x in samples if x >= low) / 1e6,
-        "hd15iqr_ms": max(x for x in samples if x <= high) / 1e6,
-        "iqr_outliers": sum(1 for x in samples if not low <= x <= high),
-        "stddev_outliers": sum(1 for x in samples if abs(x - mean) > stddev),
-        "total_ms": sum(samples) / 1e6,
-    }
-
-
-def series(samples: list[int], points: int = 200) -> list[float]:
-    """Per-flush latency (ms) down-sampled to at most ``points`` bucket medians."""
-    if len(samples) <= points:
-        return [x / 1e6 for x in samples]
-    step = len(samples) / points
-    out = []
-    for i in range(points):
-        bucket = samples[int(i * step) : int((i + 1) * step)] or samples[-1:]
-        out.append(pct(bucket, 0.5) / 1e6)
-    return out
 
 
 def summarize_driver(raw: dict[str, Any]) -> dict[str, Any]:
@@ -259,62 +209,6 @@ def summarize_floor(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# -- environment -------------------------------------------------------------
-
-
-def sh(*cmd: str, cwd: Path = ROOT) -> str:
-    try:
-        return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=60).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
-def machine(workdir: Path) -> dict[str, Any]:
-    cpu = ""
-    for line in sh("lscpu").splitlines():
-        if line.startswith("Model name:"):
-            cpu = line.split(":", 1)[1].strip()
-    mem = ""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                mem = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
-    except OSError:
-        pass
-    df = sh("df", "-T", "-h", str(workdir)).splitlines()
-    disk = " ".join(df[-1].split()[:3]) if len(df) > 1 else ""
-    device = df[-1].split()[0] if len(df) > 1 else ""
-    lsblk = sh("lsblk", "-d", "-n", "-o", "NAME,ROTA,SIZE,MODEL", device) if device.startswith("/dev/") else ""
-    return {
-        "nproc": os.cpu_count(),
-        "cpu": cpu,
-        "memory": mem,
-        "kernel": platform.release(),
-        "disk": disk,
-        "disk_device": " ".join(lsblk.split()),
-        "python": sys.version.split()[0],
-    }
-
-
-def code_identity(hermes_python: str) -> dict[str, Any]:
-    so = sh(hermes_python, "-c", "import hermes._core as c; print(c.__file__)")
-    digest = hashlib.sha256(Path(so).read_bytes()).hexdigest()[:16] if so and Path(so).exists() else ""
-    dirty = sh("git", "status", "--porcelain", "--", "rust", "python", "Cargo.toml", "Cargo.lock")
-    return {
-        "commit": sh("git", "rev-parse", "--short", "HEAD"),
-        "dirty": bool(dirty),
-        "core_so": so,
-        "core_sha256": digest,
-    }
-
-
-def loadavg() -> list[float]:
-    try:
-        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
-    except OSError:
-        return []
-
-
 # -- the floor ---------------------------------------------------------------
 
 
@@ -357,40 +251,6 @@ def floor_binary(rebuild: str) -> Path | None:
 # -- running -----------------------------------------------------------------
 
 
-class Worker:
-    """A serving ``driver.py`` process for one system (imports paid once)."""
-
-    def __init__(self, python: str, system: str, config: dict[str, Any], scratch: Path) -> None:
-        self.system = system
-        cfg = {"pool": config["pool"], "workdir": str(scratch)}
-        self.proc = subprocess.Popen(
-            [python, str(HERE / "driver.py"), "--serve", system, json.dumps(cfg)],
-            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )
-        self.info = self._read()
-
-    def _read(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"{self.system}: the driver exited ({self.proc.wait()})")
-        return json.loads(line)  # type: ignore[no-any-return]
-
-    def run(self, workload: str, sync: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"workload": workload, "sync": sync, "kwargs": kwargs}) + "\n")
-        self.proc.stdin.flush()
-        return self._read()
-
-    def close(self) -> None:
-        if self.proc.stdin:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-
-
 class Floor:
     """The floor binary, one workload per invocation."""
 
@@ -427,38 +287,17 @@ class Floor:
         return raw
 
 
-def median(xs: list[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
-
-
-def merge(values: list[Any]) -> Any:
-    """Combines the summaries of several rounds: numbers by their median,
-    dicts key by key, equal-length lists element by element."""
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    if all(isinstance(v, bool) for v in values):
-        return all(values)
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        return sorted(values)[len(values) // 2]
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-        nums = [float(v) for v in values if not math.isnan(float(v))]
-        return median(nums) if nums else math.nan
-    if all(isinstance(v, dict) for v in values):
-        keys = list(dict.fromkeys(k for v in values for k in v))
-        return {k: merge([v.get(k) for v in values]) for k in keys}
-    if all(isinstance(v, list) for v in values) and len({len(v) for v in values}) == 1:
-        return [merge([v[i] for v in values]) for i in range(len(values[0]))]
-    return values[len(values) // 2]
-
-
-def workers_hermes(workers: dict[str, Any]) -> Worker:
+def workers_hermes(workers: dict[str, Any]) -> protocol.Worker:
     w = workers.get("hermes")
-    if not isinstance(w, Worker):
+    if not isinstance(w, protocol.Worker):
         raise SystemExit("the hermes system is required (the noise probe runs on it)")
     return w
+
+
+def run_probe(hermes: protocol.Worker, probe: dict[str, Any]) -> Any:
+    """The noise probe: our 20-message flush at FULL, summarized as the growth workload is."""
+    raw = hermes.call("run", workload="growth:20", sync="FULL", kwargs=probe)
+    return summarize_driver({"growth:20": raw})["growth:20"]
 
 
 def primary(name: str, summ: Any) -> Any:
@@ -471,17 +310,12 @@ def primary(name: str, summ: Any) -> Any:
     if kind in ("concurrent", "multiproc"):
         return summ.get("msg_per_s")
     if kind == "reads":
-        return g2(summ, "load", "p50_ms")
+        return g(summ, "load", "p50_ms")
     if kind == "fsync":
-        return g2(summ, "commit_full", "p50_ms")
+        return g(summ, "commit_full", "p50_ms")
     if kind == "scaling":
-        pts = summ.get("points") or []
-        return g2(pts[-1], "flush", "p50_ms") if pts else None
+        return g(summ, "points", -1, "flush", "p50_ms")
     return None
-
-
-def g2(d: Any, a: str, b: str) -> Any:
-    return d.get(a, {}).get(b) if isinstance(d, dict) and isinstance(d.get(a), dict) else None
 
 
 def main() -> int:
@@ -490,12 +324,13 @@ def main() -> int:
     ap.add_argument("--sync", default="FULL,NORMAL", help="synchronous levels (default FULL,NORMAL)")
     ap.add_argument("--systems", default=",".join([*SYSTEMS, "floor"]))
     ap.add_argument("--workloads", default="", help="only these workloads (growth,noop,concurrent,reads,scaling)")
-    ap.add_argument("--peers-python", default=os.environ.get("HERMES_PEERS_PYTHON", ""))
+    protocol.add_peers_argument(ap)
     ap.add_argument("--hermes-python", default=sys.executable, help="interpreter with hermes installed")
     ap.add_argument("--floor-build", choices=["auto", "always", "never"], default="auto")
     ap.add_argument("--rounds", type=int, default=0, help="rounds (default: 3, quick: 1)")
     ap.add_argument("--no-report", action="store_true")
-    ap.add_argument("--out", default="", help="results file (default benches/results/<utc>-<commit>.json); its pytest-benchmark JSON goes to pytest-benchmark/ beside it")
+    paths.add_output_arguments(ap, "benches/results/<utc>-<commit>[-quick].json, and BENCHMARKS.md with "
+                                   "benches/plots/ (full run) or benches/results/latest-quick.md (quick run)")
     args = ap.parse_args()
 
     started = time.monotonic()
@@ -505,13 +340,7 @@ def main() -> int:
     if args.workloads:
         config["workloads"] = args.workloads.split(",")
 
-    peers_python = args.peers_python
-    if PEERS & set(systems) and not peers_python:
-        proc = subprocess.run(["bash", str(HERE / "setup_peers.sh")], capture_output=True, text=True)
-        if proc.returncode == 0:
-            peers_python = proc.stdout.strip().splitlines()[-1]
-        else:
-            print(f"peers: setup failed, peers skipped:\n{proc.stderr[-2000:]}", file=sys.stderr)
+    peers_python = protocol.peers_python(args.peers_python) if PEERS & set(systems) else ""
     if not peers_python:
         systems = [s for s in systems if s not in PEERS]
 
@@ -549,11 +378,12 @@ def main() -> int:
                 workers[system] = Floor(exe, config["floor"], scratch)
             else:
                 python = args.hermes_python if system == "hermes" else peers_python
-                workers[system] = Worker(python, system, config, scratch)
+                cfg = {"pool": config["pool"], "workdir": str(scratch)}
+                workers[system] = protocol.Worker(
+                    python, BENCHES / "driver.py", "--serve", system, json.dumps(cfg), name=system
+                )
         probe = config["probe"]
-        doc["probe_start"] = summarize_driver({"growth:20": workers_hermes(workers).run("growth:20", "FULL", probe)})[
-            "growth:20"
-        ]
+        doc["probe_start"] = run_probe(workers_hermes(workers), probe)
         only = set(config.get("workloads") or [])
         for rnd in range(rounds):
             order = systems[rnd % len(systems):] + systems[: rnd % len(systems)]
@@ -580,18 +410,16 @@ def main() -> int:
                                 if key.split(":")[0] == part:
                                     per_round[sync]["floor"].setdefault(key, []).append(value)
                         else:
-                            raw = workers[system].run(name, sync, kwargs)
+                            raw = workers[system].call("run", workload=name, sync=sync, kwargs=kwargs)
                             per_round[sync][system].setdefault(name, []).append(summarize_driver({name: raw})[name])
                         print(
                             f"  round {rnd + 1}/{rounds} {sync:6s} {name:12s} {system:9s} {time.monotonic() - t0:6.1f}s",
                             file=sys.stderr, flush=True,
                         )
-        doc["probe_end"] = summarize_driver({"growth:20": workers_hermes(workers).run("growth:20", "FULL", probe)})[
-            "growth:20"
-        ]
+        doc["probe_end"] = run_probe(workers_hermes(workers), probe)
     finally:
         for w in workers.values():
-            if isinstance(w, Worker):
+            if isinstance(w, protocol.Worker):
                 w.close()
         shutil.rmtree(scratch, ignore_errors=True)
     for sync in syncs:
@@ -607,13 +435,14 @@ def main() -> int:
     doc["code"]["core_sha256_end"] = code_identity(args.hermes_python)["core_sha256"]
     doc["seconds"] = round(time.monotonic() - started, 1)
 
-    results = HERE / "results"
-    results.mkdir(exist_ok=True)
+    # Only a published run writes tracked files; any other run writes into
+    # target/bench/ (or exactly where --out says).
+    results = paths.results_dir(args.publish)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     suffix = "-quick" if args.quick else ""
-    out = Path(args.out) if args.out else results / f"{stamp}-{doc['code']['commit']}{suffix}.json"
+    out = args.out or results / f"{stamp}-{doc['code']['commit']}{suffix}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1))
-    # Beside the results file: a run with --out writes nothing into the repository.
     pytest_benchmark_json.write(doc, out.parent / "pytest-benchmark" / out.name)
     partial = bool(args.workloads or args.out) or set(systems) != {*SYSTEMS, "floor"}
     if not partial:  # latest*.json always holds a complete run
@@ -621,10 +450,13 @@ def main() -> int:
     print(f"bench: results in {out} ({doc['seconds']}s)", file=sys.stderr)
 
     if not args.no_report:
+        if args.publish and not partial:
+            markdown = ROOT / "BENCHMARKS.md" if not args.quick else results / "latest-quick.md"
+        else:
+            markdown = out.with_suffix(".md")
+        plots = paths.plots_dir(args.publish) if not (args.quick or partial) else ""
         python = peers_python or sys.executable
-        report = [python, str(HERE / "report.py"), str(out)]
-        if args.quick or partial:
-            report += ["--markdown", str(out.with_suffix(".md") if partial else results / "latest-quick.md"), "--plots", ""]
+        report = [python, str(BENCHES / "report.py"), str(out), "--markdown", str(markdown), "--plots", str(plots)]
         subprocess.run(report, cwd=ROOT, check=False)
     return 0
 

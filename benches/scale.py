@@ -26,12 +26,15 @@ side by side in one run.
    and the first page of the session list.
 
 Every system runs in its own process (ours in this interpreter, hermes-agent in
-``benches/.peers/venv``); timing is ``perf_counter_ns`` inside that process.
-Writes ``benches/results/scale.json`` (``--out``; ``scale-quick.json`` with
-``--quick``), prints the Markdown section that ``benches/report.py`` includes
-in BENCHMARKS.md, and draws ``benches/plots/scale_vs_sessions.png`` with the
-peer venv's matplotlib. A full run takes ~8 minutes here; ``--quick`` (100k
-messages, up to 10k sessions) ~1 minute.
+the peer venv), a worker of ``benchlib.protocol``; timing is ``perf_counter_ns``
+inside that process. Writes ``scale.json`` (``scale-quick.json`` with
+``--quick``) and draws ``scale_vs_sessions[-quick].png`` with the peer venv's
+matplotlib, into ``target/bench/results/`` and ``target/bench/plots/``; with
+``--publish`` into ``benches/results/`` and ``benches/plots/``, where
+``benches/report.py`` finds them for BENCHMARKS.md (``--out PATH``: the results
+file there, its plot in ``plots/`` beside it). Prints the Markdown section. A
+full run takes ~8 minutes here; ``--quick`` (100k messages, up to 10k
+sessions) ~1 minute.
 """
 
 from __future__ import annotations
@@ -54,16 +57,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib and the other benches
 
 import workload  # noqa: E402
-from report import g, ms  # noqa: E402  (stdlib-only at import time)
+from benchlib import paths, protocol, stats  # noqa: E402
+from benchlib.machine import code_identity, loadavg, machine  # noqa: E402
+from benchlib.render import g, ms, ratio, table  # noqa: E402
 
 ns = time.perf_counter_ns
-RESULTS = HERE / "results" / "scale.json"
-PLOT = HERE / "plots" / "scale_vs_sessions.png"
+#: The published results file and plot (``--publish``; BENCHMARKS.md shows them).
+RESULTS = paths.PUBLISHED_RESULTS / "scale.json"
+PLOT = paths.PUBLISHED_PLOTS / "scale_vs_sessions.png"
 
 #: The query kinds, in report order, with the number of queries of each (200 in all).
 KINDS = {"common": 45, "rare": 45, "phrase": 45, "prefix": 45, "cjk": 20}
@@ -168,8 +172,8 @@ def timed(fn: Callable[[int], Any], n: int, budget_s: float, least: int = 3) -> 
     return {"ns": samples, "capped": len(samples) < n, "value": value}
 
 
-class Worker:
-    """One system's side of the line protocol: each request names an op."""
+class Server:
+    """One system's side of ``benchlib.protocol``: each request names one of these methods."""
 
     def __init__(self, system: str, home: str) -> None:
         os.environ["HERMES_HOME"] = home  # either program may write config or logs there
@@ -328,67 +332,12 @@ class Worker:
         }
 
 
-def serve(system: str, home: str) -> None:
-    """Line protocol: one JSON request in (``{"op": ..., **kwargs}``), one JSON answer out."""
-    import driver
-
-    out = sys.stdout
-    sys.stdout = sys.stderr  # a chatty import must not corrupt the protocol
-    worker = Worker(system, home)
-    out.write(json.dumps(driver.describe(system)) + "\n")
-    out.flush()
-    for line in sys.stdin:
-        req = json.loads(line)
-        op = req.pop("op")
-        if op == "quit":
-            break
-        try:
-            answer = getattr(worker, op)(**req)
-        except Exception as exc:  # a failing system is a finding, not a crash
-            answer = {"error": f"{type(exc).__name__}: {exc}"}
-        out.write(json.dumps(answer) + "\n")
-        out.flush()
-
-
 # -- orchestrator side --------------------------------------------------------
 
 
-class Proc:
-    """A serving worker process for one system."""
-
-    def __init__(self, python: str, system: str, home: Path) -> None:
-        env = dict(os.environ)
-        if system != "hermes":
-            env.pop("PYTHONPATH", None)  # the peer venv must not see our packages
-        self.system = system
-        self.p = subprocess.Popen(
-            [python, str(Path(__file__).resolve()), "--serve", system, str(home)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=tempfile.gettempdir(),
-        )
-        self.info = self.read()
-
-    def read(self) -> dict[str, Any]:
-        line = self.p.stdout.readline()  # type: ignore[union-attr]
-        if not line:
-            raise RuntimeError(f"{self.system} worker exited (rc={self.p.wait()})")
-        return json.loads(line)  # type: ignore[no-any-return]
-
-    def send(self, op: str, **kwargs: Any) -> None:
-        self.p.stdin.write(json.dumps({"op": op, **kwargs}) + "\n")  # type: ignore[union-attr]
-        self.p.stdin.flush()  # type: ignore[union-attr]
-
-    def call(self, op: str, **kwargs: Any) -> dict[str, Any]:
-        self.send(op, **kwargs)
-        answer = self.read()
-        if "error" in answer:
-            raise RuntimeError(f"{self.system} {op}: {answer['error']}")
-        return answer
-
-    def close(self) -> None:
-        if self.p.poll() is None:
-            self.send("quit")
-            self.p.stdin.close()  # type: ignore[union-attr]
-        self.p.wait(timeout=60)
+def serving(python: str, system: str, home: Path) -> protocol.Worker:
+    """A worker of ``Server`` for ``system`` in ``python``, its ``HERMES_HOME`` at ``home``."""
+    return protocol.Worker(python, Path(__file__).resolve(), "--serve", system, str(home), name=system)
 
 
 def log(msg: str, started: float) -> None:
@@ -421,7 +370,7 @@ def index_state(path: Path, tables: tuple[str, ...] = ("messages_fts",), token: 
     return out
 
 
-def ensure_indexed(path: Path, proc: Proc, tables: tuple[str, ...] = ("messages_fts",),
+def ensure_indexed(path: Path, proc: protocol.Worker, tables: tuple[str, ...] = ("messages_fts",),
                    token: str = "") -> dict[str, Any]:
     """The file's index state, after letting our store finish indexing it
     (open and close) if anything was left: nothing is timed on a file that is
@@ -461,7 +410,7 @@ def copy_db(src: Path, dst: Path) -> None:
             shutil.copyfile(f"{src}{suffix}", f"{dst}{suffix}")
 
 
-def run_search(cfg: dict[str, Any], ours: Proc, peer: Proc | None, scratch: Path, mode: str,
+def run_search(cfg: dict[str, Any], ours: protocol.Worker, peer: protocol.Worker | None, scratch: Path, mode: str,
                started: float) -> dict[str, Any]:
     path = scratch / "search" / "state.db"
     path.parent.mkdir()
@@ -496,14 +445,13 @@ def run_search(cfg: dict[str, Any], ours: Proc, peer: Proc | None, scratch: Path
 def summarize_search(out: dict[str, Any]) -> dict[str, Any]:
     """Per kind: latency summaries, hits per query, and how often both systems
     returned the same 20 message ids (raw ids dropped)."""
-    run = run_module()
     systems = out["systems"]
     for kind in out["queries"]:
         ours_ids = g(systems, "hermes", "kinds", kind, "ids") or []
         for system, s in systems.items():
             k = s["kinds"][kind]
             ids = k.pop("ids")
-            k.update(run.summary(k.pop("ns")))
+            k.update(stats.summary(k.pop("ns")))
             k["hits_mean"] = sum(map(len, ids)) / len(ids) if ids else 0
             if system != "hermes":
                 pairs = list(zip(ours_ids, ids))
@@ -512,14 +460,14 @@ def summarize_search(out: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def run_growth(cfg: dict[str, Any], sync: str, ours: Proc, grower: Proc, peer: Proc | None,
+def run_growth(cfg: dict[str, Any], sync: str, ours: protocol.Worker, grower: protocol.Worker, peer: protocol.Worker | None,
                scratch: Path, started: float) -> dict[str, Any]:
-    paths = {"hermes": scratch / "growth" / "state.db", "upstream": scratch / "growth-upstream" / "state.db"}
-    for p in paths.values():
+    files = {"hermes": scratch / "growth" / "state.db", "upstream": scratch / "growth-upstream" / "state.db"}
+    for p in files.values():
         p.parent.mkdir()
     workers = {"hermes": ours}
     if peer is not None:
-        peer.call("create", path=str(paths["upstream"]))
+        peer.call("create", path=str(files["upstream"]))
         workers["upstream"] = peer
     out: dict[str, Any] = {"config": cfg, "sync": sync, "points": [], "grow_s": {}}
     have = 0
@@ -528,18 +476,16 @@ def run_growth(cfg: dict[str, Any], sync: str, ours: Proc, grower: Proc, peer: P
         growers = {"hermes": ours, "upstream": grower}
         args = {"have": have, "want": want, "per_session": cfg["per_session"], "probe": cfg["probe"]}
         for system in workers:
-            growers[system].send("grow", path=str(paths[system]), **args)
+            growers[system].send("grow", path=str(files[system]), **args)
         for system in workers:
-            got = growers[system].read()
-            if "error" in got:
-                raise RuntimeError(f"growing {system}'s file: {got['error']}")
+            got = growers[system].receive()
             out["grow_s"][system] = out["grow_s"].get(system, 0) + got["seconds"]
         have = want
         tables = {"hermes": ("messages_fts",), "upstream": ("messages_fts", "messages_fts_trigram")}
-        index = {s: ensure_indexed(paths[s], growers[s], tables[s]) for s in workers}
+        index = {s: ensure_indexed(files[s], growers[s], tables[s]) for s in workers}
         quiet_disk()
         log(f"growth: {want:,} sessions, grown ({ {k: round(v, 1) for k, v in out['grow_s'].items()} } s so far)", started)
-        point: dict[str, Any] = {"sessions": want, "loadavg": run_module().loadavg(), "index": index}
+        point: dict[str, Any] = {"sessions": want, "loadavg": loadavg(), "index": index}
         raws: dict[str, list[dict[str, Any]]] = {s: [] for s in workers}
         # Rounds in A B B A order, samples pooled: a noisy moment (2 shared
         # cores) then weighs on both systems alike.
@@ -547,7 +493,7 @@ def run_growth(cfg: dict[str, Any], sync: str, ours: Proc, grower: Proc, peer: P
             order = list(workers) if (c + r) % 2 == 0 else list(reversed(workers))
             for system in order:
                 raws[system].append(workers[system].call(
-                    "checkpoint", path=str(paths[system]), sync=sync, tag=f"{want}-{r}", probe=cfg["probe"],
+                    "checkpoint", path=str(files[system]), sync=sync, tag=f"{want}-{r}", probe=cfg["probe"],
                     flushes=cfg["flushes"], loads=cfg["loads"], counts=cfg["counts"], lists=cfg["lists"],
                     budget_s=cfg["budget_s"],
                 ))
@@ -555,38 +501,19 @@ def run_growth(cfg: dict[str, Any], sync: str, ours: Proc, grower: Proc, peer: P
             point[system] = summarize_point(rounds)
         log(f"growth: {want:,} sessions, measured", started)
         out["points"].append(point)
-    out["bytes"] = {s: p.stat().st_size for s, p in paths.items() if s in workers}
+    out["bytes"] = {s: p.stat().st_size for s, p in files.items() if s in workers}
     return out
 
 
 def summarize_point(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """One system at one checkpoint: the rounds' samples pooled per operation."""
-    run = run_module()
     out: dict[str, Any] = {"open_s": min(r["open_s"] for r in rounds)}
     for op in OPS:
         if op in rounds[0]:
-            out[op] = run.summary([x for r in rounds for x in r[op]])
+            out[op] = stats.summary([x for r in rounds for x in r[op]])
     out["ok"] = {k: all(r[k] for r in rounds) for k in ("flush_ok", "load_ok", "count_ok")}
     out["list_rows"] = rounds[-1].get("list_rows")
     return out
-
-
-def run_module() -> Any:
-    """``benches/run.py``: its statistics and machine description, shared
-    (imported late: the workers, in the peer venv, never need it)."""
-    import run
-
-    return run
-
-
-def peers_python(given: str) -> str:
-    if given:
-        return given
-    proc = subprocess.run(["bash", str(HERE / "setup_peers.sh")], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        print(f"peers: setup failed, hermes-agent skipped:\n{proc.stderr[-2000:]}", file=sys.stderr)
-        return ""
-    return proc.stdout.strip().splitlines()[-1]
 
 
 def main() -> int:
@@ -599,51 +526,51 @@ def main() -> int:
     ap.add_argument("--upstream-open", default="readonly", choices=["readonly", "migrate"],
                     help="how hermes-agent opens the search file (migrate: its real first open, "
                          "which rebuilds both FTS indexes, ~2 min at 1M messages)")
-    ap.add_argument("--peers-python", default=os.environ.get("HERMES_PEERS_PYTHON", ""))
-    ap.add_argument("--out", type=Path, default=None, help="default benches/results/scale[-quick].json")
+    protocol.add_peers_argument(ap)
+    paths.add_output_arguments(ap, "benches/results/scale[-quick].json and benches/plots/")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
     ap.add_argument("--serve", nargs=2, metavar=("SYSTEM", "HOME"), help=argparse.SUPPRESS)
     ap.add_argument("--plot", nargs=2, metavar=("JSON", "PNG"), help="only draw the plot of a results file")
     args = ap.parse_args()
     if args.serve:
-        serve(*args.serve)
+        system, home = args.serve
+        protocol.serve(Server(system, home), system)
         return 0
     if args.plot:
         plot(json.loads(Path(args.plot[0]).read_text()), Path(args.plot[1]))
         return 0
 
-    run = run_module()
     started = time.monotonic()
     cfg = plan(args.quick)
     if args.per_session:
         cfg["growth"]["per_session"] = args.per_session
     parts = [p for p in args.parts.split(",") if p]
-    peers = peers_python(args.peers_python)
+    peers = protocol.peers_python(args.peers_python)
     scratch = Path(tempfile.mkdtemp(prefix="hermes-scale-"))
     doc: dict[str, Any] = {
         "bench": "scale",
         "kind": "quick" if args.quick else "full",
         "command": " ".join(["python", "benches/scale.py", *sys.argv[1:]]),
         "utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": run.machine(scratch),
-        "code": run.code_identity(sys.executable),
-        "loadavg_start": run.loadavg(),
+        "machine": machine(scratch),
+        "code": code_identity(sys.executable),
+        "loadavg_start": loadavg(),
     }
-    procs: list[Proc] = []
+    procs: list[protocol.Worker] = []
     try:
-        ours = Proc(sys.executable, "hermes", scratch / "home-hermes")
+        ours = serving(sys.executable, "hermes", scratch / "home-hermes")
         procs.append(ours)
-        peer = Proc(peers, "upstream", scratch / "home-upstream") if peers else None
+        peer = serving(peers, "upstream", scratch / "home-upstream") if peers else None
         if peer:
             procs.append(peer)
-        doc["workers"] = {p.system: p.info for p in procs}
+        doc["workers"] = {p.name: p.info for p in procs}
         if "search" in parts:
             doc["search"] = run_search(cfg["search"], ours, peer, scratch, args.upstream_open, started)
             if not args.keep:  # 3 GB the growth part does not need
                 for d in ("search", "search-upstream"):
                     shutil.rmtree(scratch / d, ignore_errors=True)
         if "growth" in parts:
-            grower = Proc(sys.executable, "hermes", scratch / "home-grower")
+            grower = serving(sys.executable, "hermes", scratch / "home-grower")
             procs.append(grower)
             doc["growth"] = run_growth(cfg["growth"], args.sync, ours, grower, peer, scratch, started)
     finally:
@@ -653,27 +580,23 @@ def main() -> int:
             print(f"scale: scratch kept in {scratch}", file=sys.stderr)
         else:
             shutil.rmtree(scratch, ignore_errors=True)
-    doc["loadavg_end"] = run.loadavg()
-    doc["code"]["core_sha256_end"] = run.code_identity(sys.executable)["core_sha256"]
+    doc["loadavg_end"] = loadavg()
+    doc["code"]["core_sha256_end"] = code_identity(sys.executable)["core_sha256"]
     doc["wall_s"] = round(time.monotonic() - started, 1)
-    out = (args.out or RESULTS.with_name("scale-quick.json" if args.quick else "scale.json")).resolve()
+    quick = "-quick" if args.quick else ""
+    out = (args.out or paths.results_dir(args.publish) / f"{RESULTS.stem}{quick}.json").resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
-    doc["results_file"] = os.path.relpath(out, ROOT)
+    doc["results_file"] = paths.shown(out)
     out.write_text(json.dumps(doc, indent=1) + "\n")
-    png = PLOT.with_name("scale_vs_sessions-quick.png") if args.quick else PLOT
+    png = (out.parent / "plots" if args.out else paths.plots_dir(args.publish)) / f"{PLOT.stem}{quick}.png"
     if "growth" in doc and peers:
         subprocess.run([peers, str(Path(__file__).resolve()), "--plot", str(out), str(png)], check=False)
-    print(render(doc, str(png.relative_to(ROOT)) if png.exists() else None))
+    print(render(doc, paths.shown(png) if png.exists() else None))
     print(f"\nscale: wrote {out} ({doc['wall_s']} s)", file=sys.stderr)
     return 0
 
 
 # -- rendering (stdlib only: benches/report.py imports this module) ------------
-
-
-def times(a: Any, b: Any) -> str:
-    ok = all(isinstance(x, (int, float)) and x > 0 for x in (a, b))
-    return f"{a / b:.1f}×" if ok else "—"
 
 
 def shape(sessions: list[int], values: list[Any]) -> str:
@@ -698,11 +621,6 @@ def shape(sessions: list[int], values: list[Any]) -> str:
     else:
         kind = "grows slowly"
     return f"{kind} (fit slope {fit:.2f}; ×{v1 / v0:.1f} from {s0:,} to {s1:,})"
-
-
-def table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|",
-            *("| " + " | ".join(r) + " |" for r in rows), ""]
 
 
 def render(doc: dict[str, Any], plot_path: str | None = None) -> str:
@@ -778,7 +696,7 @@ def render_search(s: dict[str, Any]) -> list[str]:
             KIND_LABEL[kind], f"`{qs[0]}`", f"{s['fts_matches'].get(kind, 0):,}",
             f"{ms(h.get('p50_ms'))} / {ms(h.get('p90_ms'))} ({h.get('n', 0)})",
             f"{ms(u.get('p50_ms'))} / {ms(u.get('p90_ms'))} ({u.get('n', 0)})",
-            times(u.get("p50_ms"), h.get("p50_ms")), same, "n/a", "n/a",
+            ratio(u.get("p50_ms"), h.get("p50_ms")), same, "n/a", "n/a",
         ])
     lines += table(
         ["query kind", "e.g.", "FTS matches", "hermes p50 / p90 (n)", "hermes-agent p50 / p90 (n)",
@@ -848,7 +766,7 @@ def render_growth(gr: dict[str, Any], plot_path: str | None) -> list[str]:
     if has_up:
         rows = []
         for op in ("flush", "load", "count", "list"):
-            rows.append([OPS[op]] + [times(g(p, "upstream", op, "p50_ms"), g(p, "hermes", op, "p50_ms")) for p in pts])
+            rows.append([OPS[op]] + [ratio(g(p, "upstream", op, "p50_ms"), g(p, "hermes", op, "p50_ms")) for p in pts])
         lines += ["hermes-agent ÷ hermes:", ""] + table(["operation"] + [f"{n:,}" for n in sessions], rows)
     bad = [f"{p['sessions']:,} {s}: {k}" for p in pts for s in ("hermes", "upstream")
            for k, v in (g(p, s, "ok") or {}).items() if v is False]

@@ -107,7 +107,12 @@ def transcript_bytes(msgs: list[dict[str, Any]]) -> int:
     return sum(len(json.dumps(m, ensure_ascii=False).encode()) for m in msgs)
 
 
-if __name__ == "__main__":  # a look at the shape
-    sample = messages(0, 3000)
-    print(json.dumps(sample[:3], ensure_ascii=False, indent=1))
-    print("bytes/message:", transcript_bytes(sample) / len(sample))
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) == 2:  # the first N messages as one JSON list (the floor reads them)
+        json.dump(messages(0, int(sys.argv[1])), sys.stdout)
+    else:  # a look at the shape
+        sample = messages(0, 3000)
+        print(json.dumps(sample[:3], ensure_ascii=False, indent=1))
+        print("bytes/message:", transcript_bytes(sample) / len(sample))

@@ -3,20 +3,24 @@
 //! session counters. Every hermes figure is also reported as a multiple of
 //! these numbers (see `benches/run.py`, which drives this binary).
 //!
-//! Usage (all paths prepared by `benches/run.py`):
+//! Usage: `cargo bench --bench floor` alone runs a small default pass (turns
+//! of 1, 20 and 1000 messages to 2,000, reads, the disk floor) on a schema
+//! created by the crate itself and the messages of `benches/workload.py`, and
+//! prints medians. `benches/run.py` prepares everything and passes flags:
 //!
 //! ```text
-//! cargo bench --bench floor -- --template state.db --messages msgs.json \
-//!     --sync FULL --turns 1,20,1000 --total 10000 --scaling 100,1000,10000 \
-//!     --workdir DIR --out floor.json
+//! cargo bench --bench floor -- --template state.db --messages msgs.json //!     --sync FULL --turns 1,20,1000 --total 10000 --scaling 100,1000,10000 //!     --workdir DIR --out floor.json
 //! ```
 //!
 //! `--only growth,reads,scaling,fsync` measures a subset.
 //!
 //! `--template` is an empty `state.db` created by hermes with one session
 //! (`--session`, default `bench`), so the schema, indexes, FTS table and
-//! triggers are exactly ours. `--messages` holds the transcript as message
-//! dicts (`benches/workload.py`); rows are pre-encoded before any timing.
+//! triggers are exactly ours; without it the floor creates one with
+//! `schema::ensure`, as hermes does when it opens a new file. `--messages`
+//! holds the transcript as message dicts (`benches/workload.py`; without it
+//! the floor asks `python3 benches/workload.py N`, or `$PYO3_PYTHON`); rows
+//! are pre-encoded before any timing.
 //!
 //! Two variants of the flush are measured:
 //! * `trigger`: the plain bare program: INSERT each row (the schema's FTS
@@ -26,11 +30,15 @@
 //! * `nofts`: triggers off and no FTS rows at all: what the same rows cost
 //!   without a search index (the peers other than hermes-agent keep none).
 //!
-//! Output: one JSON document with raw nanosecond samples; statistics are
-//! computed by the Python side, identically for every system. That is why
-//! this is a plain harness and not criterion, which keeps its own statistics
-//! and repeats one closure in batches: these workloads are stateful (a
-//! transcript grows flush by flush).
+//! Output (`--out FILE`, or `--out -` for stdout): one JSON document with raw
+//! nanosecond samples; statistics are computed by the Python side,
+//! identically for every system. That is why this is a plain harness and not
+//! criterion, which keeps its own statistics and repeats one closure in
+//! batches: these workloads are stateful (a transcript grows flush by flush).
+//! Without `--out` it prints each part's median and p99 (nearest rank, the
+//! rule of `benches/benchlib/stats.py`). Arguments it does not know (such as
+//! `cargo bench -- --quick`, meant for the criterion benches) make it skip its
+//! run.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -43,15 +51,15 @@ use rusqlite::{params, Connection};
 use serde_json::{json, Value as Json};
 
 struct Args {
-    template: PathBuf,
-    messages: PathBuf,
+    template: Option<PathBuf>,
+    messages: Option<PathBuf>,
     session: String,
     sync: String,
     turns: Vec<usize>,
     total: usize,
     scaling: Vec<usize>,
     workdir: PathBuf,
-    out: PathBuf,
+    out: Option<PathBuf>,
     reads: usize,
     only: Vec<String>,
 }
@@ -63,17 +71,18 @@ fn parse_list(text: &str) -> Vec<usize> {
         .collect()
 }
 
-fn parse_args() -> Args {
+/// The arguments, or `None` when one is not the floor's (it then skips its run).
+fn parse_args() -> Option<Args> {
     let mut args = Args {
-        template: PathBuf::new(),
-        messages: PathBuf::new(),
+        template: None,
+        messages: None,
         session: "bench".into(),
         sync: "FULL".into(),
         turns: vec![1, 20, 1000],
-        total: 10_000,
+        total: 2_000,
         scaling: vec![],
-        workdir: std::env::temp_dir().join("hermes-floor"),
-        out: PathBuf::from("-"),
+        workdir: std::env::temp_dir().join(format!("hermes-floor-{}", std::process::id())),
+        out: None,
         reads: 20,
         only: vec![],
     };
@@ -83,35 +92,93 @@ fn parse_args() -> Args {
         if flag == "--bench" {
             continue;
         }
+        let known = [
+            "--template",
+            "--messages",
+            "--session",
+            "--sync",
+            "--turns",
+            "--total",
+            "--scaling",
+            "--workdir",
+            "--out",
+            "--reads",
+            "--only",
+        ];
+        if !known.contains(&flag.as_str()) {
+            eprintln!(
+                "floor: {flag:?} is not one of its arguments (a criterion option or filter?): skipped"
+            );
+            return None;
+        }
         let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
         match flag.as_str() {
-            "--template" => args.template = value.into(),
-            "--messages" => args.messages = value.into(),
+            "--template" => args.template = Some(value.into()),
+            "--messages" => args.messages = Some(value.into()),
             "--session" => args.session = value,
             "--sync" => args.sync = value.to_ascii_uppercase(),
             "--turns" => args.turns = parse_list(&value),
             "--total" => args.total = value.parse().expect("--total N"),
             "--scaling" => args.scaling = parse_list(&value),
             "--workdir" => args.workdir = value.into(),
-            "--out" => args.out = value.into(),
+            "--out" => args.out = Some(value.into()),
             "--reads" => args.reads = value.parse().expect("--reads N"),
-            "--only" => args.only = value.split(',').map(str::to_owned).collect(),
-            other => panic!("unknown argument {other}"),
+            _ => args.only = value.split(',').map(str::to_owned).collect(),
         }
     }
-    assert!(
-        !args.template.as_os_str().is_empty(),
-        "--template is required"
-    );
-    assert!(
-        !args.messages.as_os_str().is_empty(),
-        "--messages is required"
-    );
     assert!(
         args.sync == "FULL" || args.sync == "NORMAL",
         "--sync FULL|NORMAL"
     );
-    args
+    Some(args)
+}
+
+/// An empty `state.db` with one session, when no `--template` was given: the
+/// crate's own schema, created as hermes creates it in a new file.
+fn own_template(args: &Args) -> PathBuf {
+    fs::create_dir_all(&args.workdir).expect("create --workdir");
+    let path = args.workdir.join("template.db");
+    let conn = Connection::open(&path).expect("create the template");
+    conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+    conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+    _core::store::sqlite::ensure_schema(&conn).expect("create the schema");
+    conn.execute(
+        "INSERT INTO sessions (id, source, started_at) VALUES (?1, 'cli', ?2)",
+        params![args.session, now()],
+    )
+    .unwrap();
+    conn.execute_batch("COMMIT").unwrap();
+    path
+}
+
+/// The transcript of `benches/workload.py` when no `--messages` was given:
+/// the same messages every system is measured with.
+fn workload_messages(args: &Args) -> PathBuf {
+    let count = args
+        .scaling
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(args.total)
+        + 400;
+    let python = std::env::var("PYO3_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/workload.py");
+    let out = std::process::Command::new(&python)
+        .arg(&script)
+        .arg(count.to_string())
+        .output()
+        .unwrap_or_else(|e| panic!("run {python} {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "{python} {} failed: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    fs::create_dir_all(&args.workdir).expect("create --workdir");
+    let path = args.workdir.join("messages.json");
+    fs::write(&path, out.stdout).expect("write the messages");
+    path
 }
 
 /// One message row, encoded once before timing.
@@ -125,7 +192,7 @@ struct Row {
 }
 
 fn load_rows(path: &Path) -> Vec<Row> {
-    let text = fs::read_to_string(path).expect("read --messages");
+    let text = fs::read_to_string(path).expect("read the messages");
     let list: Vec<Json> = serde_json::from_str(&text).expect("--messages is a JSON list");
     let str_of = |m: &Json, k: &str| m.get(k).and_then(Json::as_str).map(str::to_owned);
     list.iter()
@@ -166,13 +233,19 @@ fn now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-fn fresh_db(args: &Args, name: &str, sync: &str, variant: Variant) -> (Connection, PathBuf) {
+fn fresh_db(
+    args: &Args,
+    template: &Path,
+    name: &str,
+    sync: &str,
+    variant: Variant,
+) -> (Connection, PathBuf) {
     fs::create_dir_all(&args.workdir).expect("create --workdir");
     let path = args.workdir.join(format!("{name}.db"));
     for suffix in ["", "-wal", "-shm"] {
         let _ = fs::remove_file(format!("{}{suffix}", path.display()));
     }
-    fs::copy(&args.template, &path).expect("copy --template");
+    fs::copy(template, &path).expect("copy the template");
     let conn = Connection::open(&path).expect("open the copy");
     conn.pragma_update(None, "journal_mode", "WAL").unwrap();
     conn.pragma_update(None, "synchronous", sync).unwrap();
@@ -237,9 +310,9 @@ fn flush(conn: &Connection, session: &str, rows: &[Row], variant: Variant) -> u6
 }
 
 /// Grows a transcript to `total` in turns of `turn`; one sample per flush.
-fn growth(args: &Args, rows: &[Row], turn: usize, variant: Variant) -> Json {
+fn growth(args: &Args, template: &Path, rows: &[Row], turn: usize, variant: Variant) -> Json {
     let name = format!("growth-{turn}-{}", variant.name());
-    let (conn, _path) = fresh_db(args, &name, &args.sync, variant);
+    let (conn, _path) = fresh_db(args, template, &name, &args.sync, variant);
     let total = args.total.min(rows.len());
     let wall = Instant::now();
     let mut samples = Vec::with_capacity(total / turn + 1);
@@ -288,8 +361,8 @@ fn count(conn: &Connection, session: &str) -> u64 {
 }
 
 /// Transcript load and the live count read, on a transcript of `total`.
-fn reads(args: &Args, rows: &[Row]) -> Json {
-    let (conn, _path) = fresh_db(args, "reads", "OFF", Variant::SetBased);
+fn reads(args: &Args, template: &Path, rows: &[Row]) -> Json {
+    let (conn, _path) = fresh_db(args, template, "reads", "OFF", Variant::SetBased);
     let total = args.total.min(rows.len());
     for chunk in rows[..total].chunks(1000) {
         flush(&conn, &args.session, chunk, Variant::SetBased);
@@ -316,8 +389,8 @@ fn seeded() {
 }
 
 /// Flush latency (20-message turns) and load time as the transcript grows.
-fn scaling(args: &Args, rows: &[Row]) -> Json {
-    let (conn, path) = fresh_db(args, "scaling", &args.sync, Variant::SetBased);
+fn scaling(args: &Args, template: &Path, rows: &[Row]) -> Json {
+    let (conn, path) = fresh_db(args, template, "scaling", &args.sync, Variant::SetBased);
     let reader = Connection::open(&path).unwrap();
     let mut points = Vec::new();
     let mut at = 0;
@@ -389,15 +462,25 @@ impl Args {
 }
 
 fn main() {
-    let args = parse_args();
-    let rows = load_rows(&args.messages);
+    let Some(args) = parse_args() else {
+        return;
+    };
+    let template = match &args.template {
+        Some(path) => path.clone(),
+        None => own_template(&args),
+    };
+    let messages = match &args.messages {
+        Some(path) => path.clone(),
+        None => workload_messages(&args),
+    };
+    let rows = load_rows(&messages);
     let mut flushes = BTreeMap::new();
     if args.wants("growth") {
         for &turn in &args.turns {
             for variant in [Variant::Trigger, Variant::SetBased, Variant::NoFts] {
                 flushes.insert(
                     format!("{turn}/{}", variant.name()),
-                    growth(&args, &rows, turn, variant),
+                    growth(&args, &template, &rows, turn, variant),
                 );
             }
         }
@@ -407,19 +490,70 @@ fn main() {
         "sqlite_version": rusqlite::version(),
         "sync": args.sync,
         "flush": flushes,
-        "reads": if args.wants("reads") { reads(&args, &rows) } else { Json::Null },
+        "reads": if args.wants("reads") { reads(&args, &template, &rows) } else { Json::Null },
         "scaling": if args.wants("scaling") && !args.scaling.is_empty() {
-            scaling(&args, &rows)
+            scaling(&args, &template, &rows)
         } else {
             Json::Null
         },
         "fsync": if args.wants("fsync") { fsync(&args) } else { Json::Null },
     });
-    let text = doc.to_string();
-    if args.out.as_os_str() == "-" {
-        println!("{text}");
-    } else {
-        fs::write(&args.out, text).expect("write --out");
+    match &args.out {
+        Some(out) if out.as_os_str() == "-" => println!("{doc}"),
+        Some(out) => fs::write(out, doc.to_string()).expect("write --out"),
+        None => print_medians(&doc),
     }
     let _ = fs::remove_dir_all(&args.workdir);
+}
+
+/// Nearest-rank percentile `q` of samples already sorted (`benchlib/stats.py`'s rule).
+fn ranked(ordered: &[u64], q: f64) -> u64 {
+    let rank = (q * ordered.len() as f64).ceil() as usize;
+    ordered[rank.clamp(1, ordered.len()) - 1]
+}
+
+/// Every sample list of the output (keys ending in `_ns`), by its path, as
+/// p50 and p99: what `cargo bench` shows when nobody asked for the JSON.
+fn print_medians(doc: &Json) {
+    fn walk(path: &str, v: &Json, out: &mut Vec<(String, Vec<u64>)>) {
+        match v {
+            Json::Object(map) => {
+                for (k, v) in map {
+                    let here = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path} {k}")
+                    };
+                    walk(&here, v, out);
+                }
+            }
+            Json::Array(items) if path.ends_with("_ns") => {
+                let mut samples: Vec<u64> = items.iter().filter_map(Json::as_u64).collect();
+                samples.sort_unstable();
+                out.push((path.to_owned(), samples));
+            }
+            Json::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    walk(&format!("{path} {i}"), v, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut lists = Vec::new();
+    walk("", doc, &mut lists);
+    println!(
+        "floor (bare rusqlite, SQLite {}, synchronous={}):",
+        rusqlite::version(),
+        doc["sync"].as_str().unwrap_or("?")
+    );
+    for (path, samples) in lists.iter().filter(|(_, s)| !s.is_empty()) {
+        let us = |ns: u64| ns as f64 / 1e3;
+        println!(
+            "  {path:<40} n {:>6}  p50 {:>10.1} µs  p99 {:>10.1} µs",
+            samples.len(),
+            us(ranked(samples, 0.50)),
+            us(ranked(samples, 0.99))
+        );
+    }
 }

@@ -2,31 +2,39 @@
 
 from collections.abc import Iterable, Mapping, Sequence
 from os import PathLike
-from typing import Any, final
+from typing import Any, Literal, TypeAlias, final
 
 __all__ = [
+    "Append",
     "ConfigError",
     "CorruptDatabaseError",
     "DatabaseClosedError",
     "DatabaseLockedError",
+    "Delete",
     "DiskFullError",
     "FlushTracker",
     "HermesError",
+    "Insert",
     "MessageEncodeError",
     "NotADatabaseError",
     "ReadOnlyDatabaseError",
     "SCAFFOLDING_FLAGS",
+    "SCHEMA_SQL",
     "SCHEMA_VERSION",
     "SQLITE_VERSION",
+    "Select",
     "SessionNotFoundError",
     "StateDbError",
     "Store",
+    "Update",
     "WriterBusyError",
     "__version__",
     "set_writes_wait",
 ]
 
 SCHEMA_VERSION: int
+#: The DDL of a file we create (tables, indexes, search index and its triggers), one script.
+SCHEMA_SQL: str
 SQLITE_VERSION: str
 __version__: str
 #: Keys marking a message dict as private retry scaffolding, never persisted.
@@ -44,6 +52,22 @@ class DatabaseClosedError(StateDbError): ...
 class MessageEncodeError(HermesError): ...
 class SessionNotFoundError(HermesError): ...
 class ConfigError(HermesError): ...
+
+#: The relations the typed operations name.
+_Relation: TypeAlias = Literal["sessions", "messages", "gateway_routing", "state_meta"]
+#: A value a filter compares with.
+_Scalar: TypeAlias = str | int | float | bytes | None
+#: A filter: a tree of tuples on column names (a name may also be a derived value of the
+#: relation: ``preview`` and ``last_active`` of sessions).
+_Filter: TypeAlias = (
+    tuple[Literal["=", "!=", "<", "<=", ">", ">="], str, _Scalar]
+    | tuple[Literal["in"], str, Iterable[_Scalar] | Select]
+    | tuple[Literal["is null", "is not null"], str]
+    | tuple[Literal["like", "glob"], str, str]
+    | tuple[Literal["and", "or"], Sequence[_Filter]]
+    | tuple[Literal["not"], _Filter]
+)
+_OnConflict: TypeAlias = Literal["fail", "ignore", "replace", "fill_nulls"]
 
 def set_writes_wait(wait: bool) -> bool:
     """Whether writes on the calling thread may wait for other writers; returns the previous
@@ -73,20 +97,77 @@ class FlushTracker:
     ) -> None: ...
 
 @final
+class Select:
+    """One column of the rows of a relation, for ``("in", column, Select(...))``."""
+
+    def __new__(
+        cls, relation: _Relation, column: str, where: _Filter | None = None
+    ) -> Select: ...
+
+@final
+class Insert:
+    """One row of named columns; ``on_conflict`` says what a row with the same key gets."""
+
+    def __new__(
+        cls, relation: _Relation, values: Mapping[str, Any], *, on_conflict: _OnConflict = "fail"
+    ) -> Insert: ...
+
+@final
+class Update:
+    """Sets (``set``) and increments (``add``) columns of the rows ``where`` matches."""
+
+    def __new__(
+        cls,
+        relation: _Relation,
+        where: _Filter,
+        set: Mapping[str, Any] | None = None,
+        *,
+        add: Mapping[str, int] | None = None,
+        must_match: bool = False,
+    ) -> Update: ...
+
+@final
+class Delete:
+    """Deletes the rows ``where`` matches."""
+
+    def __new__(cls, relation: _Relation, where: _Filter) -> Delete: ...
+
+@final
+class Append:
+    """Message dicts appended to a session, with its counters."""
+
+    def __new__(cls, session_id: str, messages: Iterable[Mapping[str, Any]]) -> Append: ...
+
+@final
 class Store:
     """An open ``state.db``; thread-safe, one per process is enough."""
 
     def __new__(
         cls,
-        path: str | PathLike[str],
+        location: str | PathLike[str],
         *,
         synchronous: str = "FULL",
         busy_budget: float = 10.0,
     ) -> Store: ...
     @property
-    def path(self) -> str: ...
-    @property
-    def session_columns(self) -> list[str]: ...
+    def location(self) -> str: ...
+    def columns(self, relation: _Relation) -> list[str]: ...
+    def query(
+        self,
+        relation: _Relation,
+        *,
+        columns: Sequence[str] | None = None,
+        where: _Filter | None = None,
+        order_by: Sequence[str] = ...,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        """Rows of ``relation``: ``columns`` (derived values too, ``"*"`` for every column;
+        None: every column), those ``where`` matches, ordered by ``order_by`` (``"-name"``
+        descending), one page."""
+    def count(self, relation: _Relation, where: _Filter | None = None) -> int: ...
+    def write(self, ops: Iterable[Insert | Update | Delete | Append]) -> list[int]:
+        """Runs ``ops`` in one transaction, all or none; returns the rows each wrote."""
     def create_session(
         self,
         session_id: str,

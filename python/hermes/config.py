@@ -58,6 +58,9 @@ names another)::
           enabled: true
           adapter: mypkg.hooks:WebhookAdapter   # "module:Class" (default: the built-in one)
           allowed_users: [alice]   # only these user ids (default: every user)
+          allowed_chats: [-1001]   # only these group chats (default: every chat; DMs are
+                                   # judged by allowed_users alone)
+          token: "123456:ABC..."   # the platform's credential (a bot token; never logged)
           extra: {port: 9000}      # handed to the adapter as is (api_server: host, port, ...)
 
 Environment variables (each names one key; a later line wins over an earlier one)::
@@ -77,6 +80,25 @@ Environment variables (each names one key; a later line wins over an earlier one
     HERMES_GATEWAY_SYNCHRONOUS      gateway.synchronous
 
 A variable that is empty counts as unset (``OPENAI_API_KEY=`` leaves the file's key).
+
+The chat platforms' variables keep hermes-agent's names (``hermes.gateway.platform_env``; lists
+are comma-separated; a platform the file does not list is enabled by its credential alone)::
+
+    TELEGRAM_BOT_TOKEN              gateway.platforms.telegram.token (enables Telegram)
+    TELEGRAM_ALLOWED_USERS          gateway.platforms.telegram.allowed_users
+    TELEGRAM_ALLOWED_CHATS          gateway.platforms.telegram.allowed_chats
+    TELEGRAM_ALLOW_ALL_USERS        gateway.platforms.telegram.extra.allow_all_users
+    TELEGRAM_REQUIRE_MENTION        gateway.platforms.telegram.extra.require_mention
+    TELEGRAM_REPLY_TO_MODE          gateway.platforms.telegram.extra.reply_to_mode
+    TELEGRAM_WEBHOOK_URL            gateway.platforms.telegram.extra.webhook_url
+    TELEGRAM_WEBHOOK_PORT           gateway.platforms.telegram.extra.webhook_port
+    TELEGRAM_WEBHOOK_SECRET         gateway.platforms.telegram.extra.webhook_secret
+    WEBHOOK_ENABLED                 gateway.platforms.webhook.enabled
+    WEBHOOK_PORT                    gateway.platforms.webhook.extra.port
+    WEBHOOK_SECRET                  gateway.platforms.webhook.extra.secret
+
+An adapter reads its own ``extra`` settings with ``adapter_settings`` (same checks, same
+messages); they are listed in the README's Platforms section.
 
 Values. Booleans are ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off`` (any case)
 or a YAML boolean; anything else, the empty string included, is a ``ConfigError``. Numbers may
@@ -104,6 +126,7 @@ import yaml
 
 from hermes.errors import ConfigError, InvalidSettingError
 from hermes.gateway.config import GatewayConfig, PlatformConfig
+from hermes.gateway.platform_env import platform_environment
 from hermes.paths import hermes_home, state_db_path
 
 if TYPE_CHECKING:
@@ -241,6 +264,10 @@ def load_config(overrides: Mapping[str, object] | None = None) -> HermesConfig:
         value = os.environ.get(variable)
         if value:  # empty counts as unset, as a shell's `export NAME=` means
             document.set(key, value, f"environment variable {variable}")
+    gateway = document.raw.get("gateway")
+    file_platforms = gateway.get("platforms") if isinstance(gateway, dict) else None
+    for key, setting, origin in platform_environment(file_platforms, os.environ):
+        document.set(key, setting, origin)
     for key, override in (overrides or {}).items():
         if override is not None:
             document.set(key, override, _OVERRIDE)
@@ -249,12 +276,19 @@ def load_config(overrides: Mapping[str, object] | None = None) -> HermesConfig:
         config, gateway=dataclasses.replace(config.gateway, state_db=config.state_db))
 
 
+def adapter_settings(cls: type[_T], extra: Mapping[str, object], *, where: str) -> _T:
+    """A platform adapter's own settings, its ``PlatformConfig.extra``, as the frozen dataclass
+    ``cls``, every value checked as the loader checks its own; errors name ``where`` (e.g.
+    ``gateway.platforms.telegram``) and the key."""
+    return _build(cls, dict(extra), _Document(where, dict(extra)), prefix="extra.")
+
+
 class _Document:
     """The settings read so far, as nested mappings, and where each key's value came from."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path | str, raw: dict[str, Any] | None = None) -> None:
         self.path = path
-        self.raw = _read_yaml(path)
+        self.raw = _read_yaml(Path(path)) if raw is None else raw
         self._origins: dict[str, str] = {}
 
     def set(self, key: str, value: object, origin: str) -> None:

@@ -1,7 +1,7 @@
 """The exceptions hermes raises, in one hierarchy.
 
 They are defined by the Rust core (so storage failures map to them in one
-place, ``rust/src/error.rs``) and re-exported here as the public names, all but
+place, ``rust/src/exceptions.rs``) and re-exported here as the public names, all but
 ``InvalidSettingError``, which only Python raises::
 
     HermesError

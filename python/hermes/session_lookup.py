@@ -1,5 +1,6 @@
 """Finding a session by what a person knows of it: its id, its title, or the conversation it
-belongs to (an api_server client's conversation id, a chat's session key).
+belongs to (a chat's conversation id or session key; an api_server conversation's
+``X-Hermes-Session-Id`` is its session id).
 
 One lookup serves ``hermes sessions show|export``, ``hermes chat --resume`` and the chat
 commands ``/resume`` and ``/sessions``, so each accepts the same words.

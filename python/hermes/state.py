@@ -10,6 +10,8 @@ same methods as coroutines that run off the event loop, each declared with the
 sync method's exact signature (``get_session = _offloaded(SessionDB.get_session)``),
 so ``mypy --strict`` types every awaited result; ``writes_without_waiting``
 lets an event loop make a short write itself when no other writer is in the way.
+``SCHEMA_VERSION`` (the version we write) and ``SCHEMA_SQL`` (the DDL of a file we
+create) carry the names hermes-agent's module gives its own.
 """
 
 from __future__ import annotations
@@ -22,10 +24,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
-from hermes._core import FlushTracker, Store, set_writes_wait
+from hermes._core import SCHEMA_SQL, SCHEMA_VERSION, FlushTracker, Store, set_writes_wait
 from hermes.paths import state_db_path
 
-__all__ = ["AsyncSessionDB", "SessionDB", "Synchronous", "writes_without_waiting"]
+__all__ = [
+    "SCHEMA_SQL",
+    "SCHEMA_VERSION",
+    "AsyncSessionDB",
+    "SessionDB",
+    "Synchronous",
+    "writes_without_waiting",
+]
 
 Synchronous = Literal["FULL", "NORMAL"]
 

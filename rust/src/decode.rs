@@ -6,9 +6,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 use pyo3::{intern, IntoPyObjectExt};
 
+use crate::model::CONTENT_JSON_PREFIX;
 use crate::model::{all_ascii, conv, RowRef, Text, ValueRef};
 use crate::pyjson::{self, Malformed};
-use crate::schema::CONTENT_JSON_PREFIX;
 
 pub fn value<'py>(py: Python<'py>, v: ValueRef<'_>) -> PyResult<Bound<'py, PyAny>> {
     match v {

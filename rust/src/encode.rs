@@ -25,8 +25,8 @@ use pyo3::types::{
     PyTuple,
 };
 
+use crate::model::CONTENT_JSON_PREFIX;
 use crate::model::{NewMessage, Value};
-use crate::schema::CONTENT_JSON_PREFIX;
 
 /// Deeper nesting than this is stored as `repr` (it also stops cycles). It
 /// stays below serde_json's read limit (128) so what we write reads back.

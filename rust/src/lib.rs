@@ -1,32 +1,46 @@
 //! `hermes._core`: the session store and transcript flush behind `hermes`.
 //! See docs/ARCHITECTURE.md for what each module does.
+//!
+//! `error`, `model` and `store` are plain Rust; the rest is the Python
+//! extension, built with the default feature `python`.
 
-pub mod decode;
-pub mod encode;
 pub mod error;
 pub mod model;
-pub mod py_store;
-pub mod pyjson;
-pub mod schema;
 pub mod store;
-pub mod tracker;
 
-use pyo3::prelude::*;
+#[cfg(feature = "python")]
+pub mod decode;
+#[cfg(feature = "python")]
+pub mod encode;
+#[cfg(feature = "python")]
+pub mod exceptions;
+#[cfg(feature = "python")]
+pub mod py_ops;
+#[cfg(feature = "python")]
+pub mod py_store;
+#[cfg(feature = "python")]
+pub mod pyjson;
+#[cfg(feature = "python")]
+pub mod tracker;
 
 // Transcript loads and flushes allocate many short-lived strings; mimalloc
 // keeps that churn out of glibc's arena locks and page zeroing.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[pymodule]
+#[cfg(feature = "python")]
+#[pyo3::pymodule]
 mod _core {
-    use super::*;
+    use pyo3::prelude::*;
 
     #[pymodule_export]
     use crate::py_store::{set_writes_wait, FlushTracker, Store};
 
     #[pymodule_export]
-    use crate::error::{
+    use crate::py_ops::{Append, Delete, Insert, Select, Update};
+
+    #[pymodule_export]
+    use crate::exceptions::{
         ConfigError, CorruptDatabaseError, DatabaseClosedError, DatabaseLockedError, DiskFullError,
         HermesError, MessageEncodeError, NotADatabaseError, ReadOnlyDatabaseError,
         SessionNotFoundError, StateDbError, WriterBusyError,
@@ -34,8 +48,9 @@ mod _core {
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
-        m.add("SCHEMA_VERSION", crate::schema::SCHEMA_VERSION)?;
-        m.add("SQLITE_VERSION", rusqlite::version())?;
+        m.add("SCHEMA_VERSION", crate::model::SCHEMA_VERSION)?;
+        m.add("SCHEMA_SQL", crate::store::sqlite::schema_sql())?;
+        m.add("SQLITE_VERSION", crate::store::sqlite::version())?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         m.add(
             "SCAFFOLDING_FLAGS",

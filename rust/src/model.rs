@@ -1,11 +1,82 @@
-//! Owned values that cross from Python into storage and back.
+//! The project's own data: values, rows to write, tables read back, and the
+//! row format every backend stores (column lists, the JSON content prefix).
 //!
-//! Everything here is plain Rust data, so the GIL can be released while it
-//! is written or read.
+//! Everything here is plain Rust data, free of any database library's types,
+//! so the GIL can be released while it is written or read and every backend
+//! speaks the same values.
 
 use std::sync::Arc;
 
-pub use rusqlite::types::{Value, ValueRef};
+/// The version of hermes-agent's data model our rows follow (its
+/// `schema_version`, 22 in hermes-agent 0.19.0).
+pub const SCHEMA_VERSION: i64 = 22;
+
+/// Prefix marking `messages.content` values that hold JSON (a list of parts),
+/// shared with hermes-agent so each decodes the other's multimodal content.
+pub const CONTENT_JSON_PREFIX: &str = "\u{0}json:";
+
+/// One stored value, owned.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Integer(i64),
+    Real(f64),
+    Text(String),
+    Blob(Vec<u8>),
+}
+
+/// One stored value, borrowed from a row or a [`Value`]. Text is raw bytes:
+/// UTF-8 unless another writer stored something else.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ValueRef<'a> {
+    Null,
+    Integer(i64),
+    Real(f64),
+    Text(&'a [u8]),
+    Blob(&'a [u8]),
+}
+
+impl Value {
+    pub fn as_ref(&self) -> ValueRef<'_> {
+        match self {
+            Value::Null => ValueRef::Null,
+            Value::Integer(n) => ValueRef::Integer(*n),
+            Value::Real(x) => ValueRef::Real(*x),
+            Value::Text(t) => ValueRef::Text(t.as_bytes()),
+            Value::Blob(b) => ValueRef::Blob(b),
+        }
+    }
+}
+
+impl From<&str> for Value {
+    fn from(text: &str) -> Self {
+        Value::Text(text.to_owned())
+    }
+}
+
+impl From<String> for Value {
+    fn from(text: String) -> Self {
+        Value::Text(text)
+    }
+}
+
+impl From<i64> for Value {
+    fn from(n: i64) -> Self {
+        Value::Integer(n)
+    }
+}
+
+impl From<f64> for Value {
+    fn from(x: f64) -> Self {
+        Value::Real(x)
+    }
+}
+
+impl<T: Into<Value>> From<Option<T>> for Value {
+    fn from(value: Option<T>) -> Self {
+        value.map_or(Value::Null, Into::into)
+    }
+}
 
 /// One message row to insert, already encoded.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,8 +1,10 @@
 //! The Python face of the core: `Store` and `FlushTracker`.
 //!
-//! Each method converts its Python arguments to owned Rust values while
-//! holding the GIL, releases it (`py.detach`) for the SQL, fsync and busy
-//! waits, then converts the result back.
+//! `Store` has the generic `query` / `count` / `write` over the typed
+//! operations (built by `py_ops.rs`), and dedicated methods for the hot
+//! paths. Each method converts its Python arguments to owned Rust values
+//! while holding the GIL, releases it (`py.detach`) for the SQL, fsync and
+//! busy waits, then converts the result back.
 
 use std::path::PathBuf;
 use std::sync::{Mutex, TryLockError};
@@ -10,14 +12,18 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString};
+use pyo3::types::{PyDict, PyList};
 
 use crate::decode;
 use crate::encode::{self, Warnings};
-use crate::error::{Error, MessageEncodeError};
-use crate::model::{self, NewMessage, RowRef, Table, Value};
-use crate::schema::Synchronous;
-use crate::store::{Backend, Options, Page, SqliteBackend, WriteOp, WriteOut};
+use crate::error::Error;
+use crate::exceptions::MessageEncodeError;
+use crate::model::{self, NewMessage, RowRef, Table, Value, ValueRef};
+use crate::py_ops;
+use crate::store::{
+    self, Assign, Backend, Durability, Filter, Insert, NoMatch, OnConflict, Options, Order, Page,
+    Query, Relation, Term, Update, WriteOp, WriteOut,
+};
 use crate::tracker::{AddressSet, Known, Plan, Tracker};
 
 /// An open `state.db`. Thread-safe; share one per process.
@@ -77,36 +83,7 @@ fn as_list<'py>(seq: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
     }
 }
 
-fn columns(d: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String, Value)>> {
-    let mut out = Vec::new();
-    let mut warnings = Warnings::default();
-    if let Some(d) = d {
-        for (k, v) in d.iter() {
-            let name: String = k.extract()?;
-            out.push((name, column_value(&v, &mut warnings)?));
-        }
-    }
-    Ok(out)
-}
-
-/// A session column value: scalars as they are, structures as JSON.
-fn column_value(v: &Bound<'_, PyAny>, warnings: &mut Warnings) -> PyResult<Value> {
-    if v.is_none() {
-        Ok(Value::Null)
-    } else if let Ok(s) = v.cast::<PyString>() {
-        Ok(Value::Text(encode::text(s, warnings)))
-    } else if let Ok(b) = v.extract::<bool>() {
-        Ok(Value::Integer(b as i64))
-    } else if let Ok(n) = v.extract::<i64>() {
-        Ok(Value::Integer(n))
-    } else if let Ok(x) = v.extract::<f64>() {
-        Ok(Value::Real(x))
-    } else {
-        Ok(Value::Text(encode::to_json(v, warnings)?))
-    }
-}
-
-fn encode_messages<'py>(
+pub fn encode_messages<'py>(
     py: Python<'py>,
     session_id: &str,
     dicts: impl Iterator<Item = PyResult<Bound<'py, PyAny>>>,
@@ -181,7 +158,7 @@ fn append_rows<'py>(
 }
 
 impl Store {
-    fn write(&self, py: Python<'_>, op: WriteOp) -> PyResult<WriteOut> {
+    fn commit(&self, py: Python<'_>, op: WriteOp) -> PyResult<WriteOut> {
         let backend = &*self.backend;
         if WRITES_WAIT.get() {
             Ok(py.detach(|| backend.write(op))?)
@@ -196,14 +173,46 @@ impl Store {
             _ => Vec::new(),
         }
     }
+
+    fn rows<'py>(&self, py: Python<'py>, query: &Query) -> PyResult<Bound<'py, PyList>> {
+        let backend = &*self.backend;
+        let rows = py.detach(|| backend.query(query))?;
+        if query.relation == Relation::Messages {
+            rows_to_list(py, &rows, decode::message_row)
+        } else {
+            rows_to_list(py, &rows, decode::row)
+        }
+    }
+
+    fn gateway_routing(scope: &str) -> Filter {
+        Filter::eq("scope", scope)
+    }
+}
+
+/// Text read back from a column that holds text (another writer's bytes
+/// decoded leniently).
+fn text_cell(cell: ValueRef<'_>) -> String {
+    match cell {
+        ValueRef::Text(t) | ValueRef::Blob(t) => String::from_utf8_lossy(t).into_owned(),
+        ValueRef::Integer(n) => n.to_string(),
+        ValueRef::Real(x) => x.to_string(),
+        ValueRef::Null => String::new(),
+    }
 }
 
 #[pymethods]
 impl Store {
+    /// Opens the store at `location`: a `state.db` path (a `postgresql://`
+    /// URL is refused until that backend exists).
     #[new]
-    #[pyo3(signature = (path, *, synchronous = "FULL", busy_budget = 10.0))]
-    fn new(py: Python<'_>, path: PathBuf, synchronous: &str, busy_budget: f64) -> PyResult<Self> {
-        let synchronous = Synchronous::parse(synchronous).ok_or_else(|| {
+    #[pyo3(signature = (location, *, synchronous = "FULL", busy_budget = 10.0))]
+    fn new(
+        py: Python<'_>,
+        location: PathBuf,
+        synchronous: &str,
+        busy_budget: f64,
+    ) -> PyResult<Self> {
+        let durability = Durability::parse(synchronous).ok_or_else(|| {
             Error::Config(format!(
                 "synchronous={synchronous:?} is not supported; use \"FULL\" (durable on power loss) or \"NORMAL\""
             ))
@@ -215,25 +224,77 @@ impl Store {
             .into());
         }
         let options = Options {
-            synchronous,
+            durability,
             busy_budget: Duration::from_secs_f64(busy_budget),
         };
-        let backend = py.detach(|| SqliteBackend::open(&path, options))?;
-        Ok(Store {
-            backend: Box::new(backend),
-        })
+        let backend = py.detach(|| store::open(location.as_os_str(), options))?;
+        Ok(Store { backend })
     }
 
-    /// The database file.
+    /// Where the store keeps its data (a path, or a URL without its password).
     #[getter]
-    fn path(&self) -> PathBuf {
-        self.backend.location().to_path_buf()
+    fn location(&self) -> String {
+        self.backend.location().to_string()
     }
 
-    /// The columns of the `sessions` table.
-    #[getter]
-    fn session_columns(&self) -> Vec<String> {
-        self.backend.session_columns().to_vec()
+    /// The columns `relation` has in this store.
+    fn columns(&self, relation: &str) -> PyResult<Vec<String>> {
+        let relation = py_ops::relation(relation)?;
+        Ok(self.backend.columns().of(relation).to_vec())
+    }
+
+    /// Rows of `relation`: `columns` (derived values too, `"*"` for every
+    /// column; None: every column), those `where` matches (a filter tuple), ordered by
+    /// `order_by` (`"-name"` descending), one page.
+    #[pyo3(signature = (relation, *, columns = None, r#where = None, order_by = Vec::new(), limit = None, offset = 0))]
+    #[allow(clippy::too_many_arguments)]
+    fn query<'py>(
+        &self,
+        py: Python<'py>,
+        relation: &str,
+        columns: Option<Vec<String>>,
+        r#where: Option<&Bound<'py, PyAny>>,
+        order_by: Vec<String>,
+        limit: Option<i64>,
+        offset: i64,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let relation = py_ops::relation(relation)?;
+        let query = Query {
+            relation,
+            select: py_ops::terms(
+                relation,
+                &columns.unwrap_or_default(),
+                self.backend.columns().of(relation),
+            ),
+            filter: py_ops::filter(relation, r#where)?,
+            order: py_ops::order(relation, &order_by),
+            limit,
+            offset,
+        };
+        self.rows(py, &query)
+    }
+
+    /// How many rows of `relation` `where` matches.
+    #[pyo3(signature = (relation, r#where = None))]
+    fn count(
+        &self,
+        py: Python<'_>,
+        relation: &str,
+        r#where: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<i64> {
+        let relation = py_ops::relation(relation)?;
+        let filter = py_ops::filter(relation, r#where)?;
+        let backend = &*self.backend;
+        Ok(py.detach(|| backend.count(relation, &filter))?)
+    }
+
+    /// Runs `ops` (Insert, Update, Delete, Append) in one transaction, all
+    /// or none; returns the rows each wrote.
+    fn write(&self, py: Python<'_>, ops: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
+        match self.commit(py, py_ops::transaction(ops)?)? {
+            WriteOut::Many(outs) => Ok(outs.iter().map(WriteOut::rows).collect()),
+            other => Ok(vec![other.rows()]),
+        }
     }
 
     /// Inserts a session row; when it exists, fills only its NULL columns.
@@ -246,13 +307,23 @@ impl Store {
         columns: Option<&Bound<'_, PyDict>>,
         started_at: Option<f64>,
     ) -> PyResult<()> {
-        let op = WriteOp::CreateSession {
-            id: session_id,
-            source,
-            started_at: started_at.unwrap_or_else(model::now),
-            columns: self::columns(columns)?,
-        };
-        self.write(py, op).map(drop)
+        let mut values = vec![
+            ("id".to_owned(), Value::Text(session_id)),
+            ("source".to_owned(), Value::Text(source)),
+            (
+                "started_at".to_owned(),
+                Value::Real(started_at.unwrap_or_else(model::now)),
+            ),
+        ];
+        if let Some(columns) = columns {
+            values.extend(py_ops::column_values(columns.as_any())?);
+        }
+        let op = WriteOp::Insert(Insert {
+            relation: Relation::Sessions,
+            values,
+            on_conflict: OnConflict::FillNulls,
+        });
+        self.commit(py, op).map(drop)
     }
 
     /// Sets columns of a session row.
@@ -262,11 +333,17 @@ impl Store {
         session_id: String,
         columns: &Bound<'_, PyDict>,
     ) -> PyResult<()> {
-        let op = WriteOp::UpdateSession {
-            id: session_id,
-            columns: self::columns(Some(columns))?,
-        };
-        self.write(py, op).map(drop)
+        let set = py_ops::column_values(columns.as_any())?
+            .into_iter()
+            .map(|(c, v)| (c, Assign::Value(v)))
+            .collect();
+        let op = WriteOp::Update(Update {
+            relation: Relation::Sessions,
+            filter: Filter::eq("id", session_id.as_str()),
+            set,
+            must_match: Some(NoMatch::Session(session_id)),
+        });
+        self.commit(py, op).map(drop)
     }
 
     /// Appends message dicts in order, in one transaction with the counters.
@@ -285,7 +362,7 @@ impl Store {
             rows,
             once_key,
         };
-        self.write(py, op).map(Self::ids)
+        self.commit(py, op).map(Self::ids)
     }
 
     /// Writes every dict of `messages` not yet persisted (by identity; see
@@ -315,7 +392,7 @@ impl Store {
                 rows,
                 once_key: None,
             };
-            self.write(py, op)?;
+            self.commit(py, op)?;
         }
         state.commit(plan);
         Ok(written)
@@ -394,6 +471,7 @@ impl Store {
         }
     }
 
+    /// Sessions, newest first.
     #[pyo3(signature = (source = None, limit = 50, offset = 0))]
     fn list_sessions<'py>(
         &self,
@@ -453,18 +531,40 @@ impl Store {
         entry_json: String,
         scope: &str,
     ) -> PyResult<()> {
-        let op = WriteOp::SaveRouting {
-            scope: scope.to_owned(),
-            session_key,
-            entry_json,
-        };
-        self.write(py, op).map(drop)
+        let op = WriteOp::Insert(Insert {
+            relation: Relation::GatewayRouting,
+            values: vec![
+                ("scope".into(), scope.into()),
+                ("session_key".into(), session_key.into()),
+                ("entry_json".into(), entry_json.into()),
+                ("updated_at".into(), model::now().into()),
+            ],
+            on_conflict: OnConflict::Replace,
+        });
+        self.commit(py, op).map(drop)
     }
 
     #[pyo3(signature = (scope = ""))]
     fn load_routing(&self, py: Python<'_>, scope: &str) -> PyResult<Vec<(String, String)>> {
+        let query = Query {
+            relation: Relation::GatewayRouting,
+            select: ["session_key", "entry_json"]
+                .map(|c| Term::Column(c.into()))
+                .into(),
+            filter: Self::gateway_routing(scope),
+            order: vec![Order {
+                term: Term::Column("session_key".into()),
+                descending: false,
+            }],
+            limit: None,
+            offset: 0,
+        };
         let backend = &*self.backend;
-        Ok(py.detach(|| backend.routing_entries(scope))?)
+        let table = py.detach(|| backend.query(&query))?;
+        Ok(table
+            .rows()
+            .map(|r| (text_cell(r.get(0)), text_cell(r.get(1))))
+            .collect())
     }
 
     #[pyo3(signature = (session_keys, scope = ""))]
@@ -474,20 +574,42 @@ impl Store {
         session_keys: Vec<String>,
         scope: &str,
     ) -> PyResult<()> {
-        let op = WriteOp::DeleteRouting {
-            scope: scope.to_owned(),
-            session_keys,
-        };
-        self.write(py, op).map(drop)
+        let keys = Filter::In(
+            Term::Column("session_key".into()),
+            session_keys.into_iter().map(Value::Text).collect(),
+        );
+        let op = WriteOp::Delete(store::Delete {
+            relation: Relation::GatewayRouting,
+            filter: Filter::And(vec![Self::gateway_routing(scope), keys]),
+        });
+        self.commit(py, op).map(drop)
     }
 
     fn get_meta(&self, py: Python<'_>, key: &str) -> PyResult<Option<String>> {
+        let query = Query {
+            relation: Relation::StateMeta,
+            select: vec![Term::Column("value".into())],
+            filter: Filter::eq("key", key),
+            order: Vec::new(),
+            limit: Some(1),
+            offset: 0,
+        };
         let backend = &*self.backend;
-        Ok(py.detach(|| backend.meta(key))?)
+        let table = py.detach(|| backend.query(&query))?;
+        let value = table.rows().next().and_then(|r| match r.get(0) {
+            ValueRef::Null => None,
+            cell => Some(text_cell(cell)),
+        });
+        Ok(value)
     }
 
     fn set_meta(&self, py: Python<'_>, key: String, value: String) -> PyResult<()> {
-        self.write(py, WriteOp::SetMeta { key, value }).map(drop)
+        let op = WriteOp::Insert(Insert {
+            relation: Relation::StateMeta,
+            values: vec![("key".into(), key.into()), ("value".into(), value.into())],
+            on_conflict: OnConflict::Replace,
+        });
+        self.commit(py, op).map(drop)
     }
 
     /// Closes every connection; later calls raise `DatabaseClosedError`.

@@ -14,6 +14,7 @@ from hermes.agent.model_metadata import (
     get_model_context_length,
 )
 from hermes.config import HermesConfig, load_config
+from hermes.gateway.platform_env import PLATFORM_ENVIRONMENT
 from hermes.errors import ConfigError
 
 
@@ -221,3 +222,4 @@ def test_every_key_and_variable_is_documented_in_the_loader_and_the_readme() -> 
     for doc in (hermes.config.__doc__ or "", readme):
         assert [k for k in sorted(keys) if f"{k}:" not in doc] == []
         assert [v for v, _ in hermes.config.ENVIRONMENT if v not in doc] == []
+        assert [v for v, _, _ in PLATFORM_ENVIRONMENT if v not in doc] == []

@@ -29,7 +29,7 @@ from agent_support import (
 )
 
 from hermes.agent import AIAgent, model_metadata
-from hermes.agent.backends import ModelError, ModelResponse, OfflineBackend
+from hermes.agent.backends import ModelError, ModelFailure, ModelResponse, OfflineBackend
 from hermes.agent.conversation import reply_stream
 from hermes.agent.tools import ToolRegistry, terminal_tool
 from hermes.config import TerminalToolConfig
@@ -222,7 +222,63 @@ def test_a_failing_model_ends_the_turn_with_the_reason_and_keeps_the_user_messag
     assert result["completed"] is False
     assert "HTTP 500" in result["error"]
     assert "HTTP 500" in result["final_response"]
+    assert result["failure"] == "model_failed"
     assert rows(db) == [("user", "hello?")]
+
+
+def test_a_failure_says_which_way_the_model_call_failed(db: SessionDB) -> None:
+    def refuse(_request: list[dict[str, Any]]) -> ModelResponse:
+        raise ModelError("the model endpoint refused the key", ModelFailure.KEY_REFUSED)
+
+    result = make_agent(db, ScriptedBackend(refuse)).run_conversation("hello?")
+    assert (result["failed"], result["failure"]) == (True, "model_key_refused")
+
+
+def test_usage_is_summed_over_the_turns_model_calls_and_the_last_finish_reason_kept(
+    db: SessionDB,
+) -> None:
+    backend = ScriptedBackend(calls(tool_call("c1", "probe")), answer("done"))
+    result = make_agent(db, backend, [simple_tool("probe", lambda _a: "ok")]).run_conversation(
+        "go")
+    assert (result["prompt_tokens"], result["completion_tokens"]) == (10 + 12, 5 + 3)
+    assert result["finish_reason"] == "stop"
+    assert result["failure"] is None
+
+
+def test_the_iteration_cap_reports_length_as_its_finish_reason(db: SessionDB) -> None:
+    backend = ScriptedBackend(calls(tool_call("c1", "probe")))
+    agent = make_agent(db, backend, [simple_tool("probe", lambda _a: "again")],
+                       max_iterations=1)
+    assert agent.run_conversation("never ends")["finish_reason"] == "length"
+
+
+def test_an_ephemeral_system_prompt_follows_the_configured_one(db: SessionDB) -> None:
+    backend = ScriptedBackend(answer("bonjour"))
+    agent = make_agent(db, backend, system_prompt="You are hermes.",
+                       ephemeral_system_prompt="Answer in French.")
+    agent.run_conversation("hello")
+    assert backend.requests[0][0] == {"role": "system",
+                                      "content": "You are hermes.\n\nAnswer in French."}
+    alone = ScriptedBackend(answer("bonjour"))
+    make_agent(db, alone, session_id="sess-2",
+               ephemeral_system_prompt="Answer in French.").run_conversation("hello")
+    assert alone.requests[0][0] == {"role": "system", "content": "Answer in French."}
+
+
+def test_lone_surrogates_never_reach_the_model(db: SessionDB) -> None:
+    backend = ScriptedBackend(answer("fine"))
+    history = [{"role": "user", "content": "earlier \udfff"},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   tool_call("c\ud800", "pro\ud800be", '{"q": "\ud800"}')]},
+               {"role": "tool", "tool_call_id": "c\ud800", "content": "x\ud800"}]
+    make_agent(db, backend).run_conversation("now \ud800", conversation_history=history)
+    sent = repr(backend.requests[0])
+    assert "\\ud8" not in sent and "\\udf" not in sent
+    assert backend.requests[0][-1] == {"role": "user", "content": "now \ufffd"}
+    assert backend.requests[0][1]["tool_calls"][0]["function"]["name"] == "pro\ufffdbe"
+    # The caller's dicts are left as they were; the store cleans its own rows the same way.
+    assert history[0]["content"] == "earlier \udfff"
+    assert rows(db) == [("user", "now \ufffd"), ("assistant", "fine")]
 
 
 def test_without_a_database_the_turn_runs_and_reports_persistence_off() -> None:

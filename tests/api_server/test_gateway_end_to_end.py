@@ -3,7 +3,7 @@
 the ``openai`` client → our api_server (``hermes gateway run``) → the agent, whose backend is
 the ``openai`` client → a scripted OpenAI-compatible server that asks for a tool call → the
 terminal tool runs → the final answer streams back → ``hermes sessions show`` prints the whole
-transcript → a second request continues the same conversation.
+transcript → a second request continues the same conversation from state.db.
 """
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ import pytest
 from support.fake_openai import FakeOpenAI, Reply, tool_call
 from gateway_process import GatewayProcess, request, run_cli
 
-from hermes.gateway.platforms.api_server import SESSION_HEADER
+from hermes.gateway.platforms.api_auth import SESSION_HEADER
 from hermes.state import SessionDB
 
 KEY = "test-key-e2e"
-CONVERSATION = "e2e-conversation"
 
 
 @pytest.fixture
@@ -45,14 +44,15 @@ def test_a_tool_using_conversation_over_http(home: Path) -> None:
         client = openai.OpenAI(base_url=gateway.url, api_key=KEY, max_retries=0)
         assert {m.id for m in client.models.list()} == {"hermes-agent", "fake-model"}
 
-        # Turn 1, streamed: a tool round, then the answer.
-        stream = client.chat.completions.create(
+        # Turn 1, streamed: a tool round, then the answer. The response names the session
+        # the turn is stored in.
+        raw_stream = client.chat.completions.with_raw_response.create(
             model="hermes-agent",
             messages=[{"role": "user", "content": "Run echo for me"}],
             stream=True,
-            extra_headers={SESSION_HEADER: CONVERSATION},
         )
-        pieces = [chunk.choices[0].delta.content for chunk in stream
+        session_id = raw_stream.headers[SESSION_HEADER]
+        pieces = [chunk.choices[0].delta.content for chunk in raw_stream.parse()
                   if chunk.choices and chunk.choices[0].delta.content]
         assert "".join(pieces) == "The tool printed hermes-tool-ran."
         assert len(pieces) > 1, "the answer arrived in one piece, not streamed"
@@ -71,9 +71,9 @@ def test_a_tool_using_conversation_over_http(home: Path) -> None:
         raw = client.chat.completions.with_raw_response.create(
             model="hermes-agent",
             messages=[{"role": "user", "content": "What did it print?"}],
-            extra_headers={SESSION_HEADER: CONVERSATION},
+            extra_headers={SESSION_HEADER: session_id},
         )
-        assert raw.headers[SESSION_HEADER] == CONVERSATION
+        assert raw.headers[SESSION_HEADER] == session_id
         completion = raw.parse()
         assert completion.choices[0].message.content == (
             "Earlier the tool printed hermes-tool-ran.")
@@ -83,7 +83,7 @@ def test_a_tool_using_conversation_over_http(home: Path) -> None:
         assert history[-1]["content"] == "What did it print?"
 
         # The whole transcript, as the CLI shows it (while the gateway is still running).
-        shown = run_cli(home, "sessions", "show", CONVERSATION)
+        shown = run_cli(home, "sessions", "show", session_id)
         assert shown.returncode == 0, shown.stderr
         for expected in ("Run echo for me", "terminal", "echo hermes-tool-ran", "exit code 0",
                          "The tool printed hermes-tool-ran.", "What did it print?",
@@ -103,7 +103,9 @@ def test_a_tool_using_conversation_over_http(home: Path) -> None:
         assert [r for r in roles if r != "session_meta"] == [
             "user", "assistant", "tool", "assistant", "user", "assistant"]
         assert session["message_count"] == len(roles)
-        assert session["chat_id"] == CONVERSATION
+        assert session["id"] == session_id
+        assert session["chat_id"].startswith("caller-")  # the caller's tag, not the key
+        assert KEY not in json.dumps(session)
     finally:
         db.close()
 
@@ -136,7 +138,7 @@ GOOD = json.dumps({"model": "hermes-agent",
         (json.dumps({"messages": [{"role": "wizard", "content": "hi"}]}).encode(), KEY, 400,
          "messages[0].role", "must be one of"),
         (json.dumps({"messages": [{"role": "user", "content": "hi"}],
-                     "stream": "yes"}).encode(), KEY, 400, "stream", "true or false"),
+                     "stream": "yes"}).encode(), KEY, 400, "stream", "true, false or null"),
         (json.dumps({"messages": [{"role": "assistant", "content": "hi"}]}).encode(), KEY,
          400, "messages[0]", "last message must be a user message"),
         (json.dumps({"model": "gpt-nonexistent",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from support.fake_openai import FakeOpenAI, Reply, tool_call
 
-from hermes.agent.backends import ModelError, OfflineBackend
+from hermes.agent.backends import ModelError, ModelFailure, OfflineBackend
 from hermes.agent.openai_chat import OpenAIChatBackend
 from hermes.errors import ConfigError
 
@@ -68,6 +68,7 @@ def test_persistent_server_errors_become_a_model_error() -> None:
             backend(server, retries=1).complete(QUESTION, [], model="m1")
     assert server.url in str(raised.value)
     assert "HTTP 500" in str(raised.value)
+    assert raised.value.failure is ModelFailure.FAILED
 
 
 def test_a_rejected_key_is_a_config_error_saying_where_to_set_it() -> None:
@@ -77,12 +78,15 @@ def test_a_rejected_key_is_a_config_error_saying_where_to_set_it() -> None:
     assert len(server.requests) == 1  # 401 is not retried
     assert server.url in str(raised.value)
     assert "OPENAI_API_KEY" in str(raised.value)
+    assert isinstance(raised.value, ModelError)
+    assert raised.value.failure is ModelFailure.KEY_REFUSED
 
 
 def test_a_refused_request_is_a_model_error_with_the_servers_reason() -> None:
     with FakeOpenAI(Reply(status=400, error="tools are not supported")) as server:
-        with pytest.raises(ModelError, match="tools are not supported"):
+        with pytest.raises(ModelError, match="tools are not supported") as raised:
             backend(server).complete(QUESTION, TOOLS, model="m1")
+    assert raised.value.failure is ModelFailure.REQUEST_REFUSED
 
 
 def test_an_unknown_model_is_a_config_error() -> None:
@@ -95,8 +99,9 @@ def test_an_unreachable_endpoint_is_a_model_error() -> None:
     with FakeOpenAI() as server:
         url = server.url
     dead = OpenAIChatBackend(base_url=url, api_key=None, timeout=2, max_retries=0)
-    with pytest.raises(ModelError, match="cannot reach"):
+    with pytest.raises(ModelError, match="cannot reach") as raised:
         dead.complete(QUESTION, [], model="m1")
+    assert raised.value.failure is ModelFailure.UNREACHABLE
 
 
 def test_offline_backend_needs_no_network_and_says_it_is_offline() -> None:

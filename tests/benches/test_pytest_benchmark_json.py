@@ -14,7 +14,7 @@ BENCHES = Path(__file__).resolve().parents[2] / "benches"
 sys.path.insert(0, str(BENCHES))
 
 import pytest_benchmark_json  # noqa: E402
-import run  # noqa: E402
+from benchlib.stats import summary  # noqa: E402
 
 # pytest_benchmark.stats.Stats.fields, and what its compare command reads besides.
 STATS_FIELDS = {"min", "max", "mean", "stddev", "rounds", "median", "iqr", "q1", "q3",
@@ -23,7 +23,7 @@ STATS_FIELDS = {"min", "max", "mean", "stddev", "rounds", "median", "iqr", "q1",
 
 
 def run_doc(samples_ns: list[int]) -> dict[str, Any]:
-    summ = run.summary(samples_ns)
+    summ = summary(samples_ns)
     reads = {"messages": 3, "load": summ, "count": summ}
     point = {"size": 100, "flush": summ, "load": summ}
     hermes = {"growth:20": {**summ, "msg_per_s": 1.0}, "growth:20@rounds": [1.0], "reads": reads,

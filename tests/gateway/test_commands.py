@@ -4,11 +4,16 @@ test_turn.py. A sender reaches only their own sessions."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from support import scripted_agent
 from support.events import RunnerFactory, current_session_id, event, runner_db
 
+from hermes.gateway.client_turn import ClientTurn
 from hermes.gateway.commands import MAX_TITLE_LENGTH, parse
+from hermes.gateway.config import Platform
+
 
 def test_parse_takes_the_rest_of_the_line_as_the_argument() -> None:
     invocation = parse("  /TITLE@hermes_bot   Cat  facts ")
@@ -83,3 +88,19 @@ async def test_sessions_lists_only_the_senders_own(make_runner: RunnerFactory) -
     refused = await runner._handle_message(event(f"/resume {theirs}", chat_id="42"))
     assert refused == f"No conversation of yours is called {theirs!r}; /sessions lists them."
     assert current_session_id(runner, "42") == mine
+
+
+@pytest.mark.asyncio
+async def test_a_clients_text_is_never_a_command(make_runner: RunnerFactory) -> None:
+    """An api_server client's message is content, as in OpenAI's API: '/sessions' or
+    '/resume' from a client reaches the model and lists or resumes nothing."""
+    runner = await make_runner()
+    await runner._handle_message(event("mine"))
+    mine = current_session_id(runner)
+    for text in ("/sessions", f"/resume {mine}"):
+        client = ClientTurn(caller="anonymous", history=[])
+        sent = dataclasses.replace(event(text, platform=Platform.API_SERVER), client=client)
+        assert await runner._handle_message(sent) == f"echo: {text} [history=0]"
+        assert client.report is not None
+        assert client.report.session_id != mine
+    assert current_session_id(runner) == mine

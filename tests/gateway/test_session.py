@@ -79,6 +79,52 @@ def test_second_process_continues_the_same_conversation(db: SessionDB) -> None:
     assert first.get_or_create_session(_source()).session_id == entry.session_id
 
 
+def test_a_new_conversation_may_be_given_its_id_and_can_be_found_without_creating(
+    db: SessionDB,
+) -> None:
+    store = SessionStore(db)
+    source = _source(chat_type="dm", chat_id="caller-1", thread_id="api-abc")
+    assert store.find_session(source) is None
+    assert db.list_sessions() == []  # finding created nothing
+    entry = store.get_or_create_session(source, "api-abc")
+    assert entry.session_id == "api-abc" and db.get_session("api-abc") is not None
+    assert store.find_session(source) == entry
+    # A store of another process finds it in the database.
+    assert SessionStore(SessionDB(db.db_path)).find_session(source) == entry
+
+
+def test_the_client_secret_is_made_once_per_database(db: SessionDB, tmp_path: Path) -> None:
+    store = SessionStore(db)
+    assert store.loaded_client_secret is None
+    secret = store.client_secret()
+    # Made here, it is read back from the database (where another process may have written
+    # its own at the same moment) before it is kept.
+    assert len(secret) == 32 and store.loaded_client_secret is None
+    assert store.client_secret() == secret and store.loaded_client_secret == secret
+    assert SessionStore(SessionDB(db.db_path)).client_secret() == secret  # a restart
+    with SessionDB(tmp_path / "other.db") as other:
+        assert SessionStore(other).client_secret() != secret
+
+
+def test_a_conversation_is_appended_in_one_go_without_touching_the_dicts(
+    db: SessionDB,
+) -> None:
+    store = SessionStore(db)
+    sid = store.get_or_create_session(_source()).session_id
+    messages = [{"role": "user", "content": "a"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "c1", "type": "function",
+                     "function": {"name": "f", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "tool_name": "f", "content": "r"}]
+    copies = [dict(m) for m in messages]
+    store.append_conversation(sid, messages)
+    assert messages == copies
+    stored = store.load_transcript(sid)
+    assert [(m["role"], m.get("content")) for m in stored] == [
+        ("user", "a"), ("assistant", None), ("tool", "r")]
+    assert stored[1]["tool_calls"][0]["id"] == "c1" and stored[2]["tool_name"] == "f"
+
+
 def test_transcript_writes_and_skip_db(db: SessionDB) -> None:
     store = SessionStore(db)
     sid = store.get_or_create_session(_source()).session_id

@@ -185,11 +185,50 @@ async def test_gateway_writes_turn_the_agent_did_not_persist(make_runner: Runner
 
     runner._run_agent = unpersisted  # type: ignore[method-assign]
     await runner._handle_message(event("hi", message_id="p-1"))
-    await runner._handle_message(event("hi", message_id="p-1"))  # the platform redelivers
     sid = current_session_id(runner)
     rows = runner_db(runner).get_messages(sid)
-    assert [r["role"] for r in rows] == ["session_meta", "user", "assistant", "assistant"]
+    assert [r["role"] for r in rows] == ["session_meta", "user", "assistant"]
     assert rows[1]["platform_message_id"] == "p-1"
+
+
+async def test_redelivered_message_is_answered_from_the_transcript(
+        make_runner: RunnerFactory) -> None:
+    runner = await make_runner()
+    assert await runner._handle_message(event("hi", message_id="p-1")) == "echo: hi [history=0]"
+    sid = current_session_id(runner)
+    assert [r["platform_message_id"] for r in runner_db(runner).get_messages(sid)
+            if r["role"] == "user"] == ["p-1"]  # the agent's own row carries the id
+    runs: list[str] = []
+    real_run = runner._run_agent
+
+    async def counted(message: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        runs.append(message)
+        return await real_run(message, *args, **kwargs)
+
+    runner._run_agent = counted  # type: ignore[method-assign]
+    # The platform delivers it again (a crash before it was confirmed): the stored reply,
+    # no model call, nothing written.
+    assert await runner._handle_message(event("hi", message_id="p-1")) == "echo: hi [history=0]"
+    assert runs == [] and len(runner_db(runner).get_messages(sid)) == 3
+    assert await runner._handle_message(event("next", message_id="p-2")) == (
+        "echo: next [history=2]")
+    assert runs == ["next"]
+
+
+async def test_redelivered_message_whose_turn_was_cut_off_runs_again(
+        make_runner: RunnerFactory) -> None:
+    runner = await make_runner()
+    await runner._handle_message(event("hi", message_id="p-1"))
+    sid = current_session_id(runner)
+    # A turn cut off after its user row was stored (the process died before the answer).
+    runner_db(runner).append_message(sid, "user", "second", platform_message_id="p-2")
+    reply = await runner._handle_message(event("second", message_id="p-2"))
+    assert reply == "echo: second [history=3]"  # run again; it sees the earlier copy
+    rows = runner_db(runner).get_messages(sid)
+    assert [(r["role"], r["platform_message_id"]) for r in rows[-3:]] == [
+        ("user", "p-2"), ("user", "p-2"), ("assistant", None)]
+    # Delivered a third time: now it has an answer.
+    assert await runner._handle_message(event("second", message_id="p-2")) == reply
 
 
 async def test_hooks_see_each_turn(make_runner: RunnerFactory) -> None:

@@ -3,7 +3,8 @@
 * state.db, its -wal and -shm, the spool directory and spool files are owner-only, even when
   the process runs with a permissive umask;
 * the api_server refuses to serve a non-loopback address without a key, checks the key on
-  every route but /health, and compares it with ``hmac.compare_digest``;
+  every route but /health, and compares it with ``hmac.compare_digest``; conversations are
+  continued only by the caller that owns them (``tests/api_server/test_openai_contract.py``);
 * platform users are checked against ``allowed_users`` when one is configured, before
   anything is stored;
 * no session id can make a spool path leave ``$HERMES_HOME/sessions``;
@@ -30,8 +31,8 @@ import pytest
 import yaml
 from hermes.config import ApiServerConfig
 from hermes.errors import ConfigError
-from hermes.gateway.platforms import api_server
-from hermes.gateway.platforms.api_server import SESSION_HEADER, check_bind_allowed
+from hermes.gateway.platforms import api_auth
+from hermes.gateway.platforms.api_auth import SESSION_HEADER, check_bind_allowed
 from hermes.recovery import import_spool, recover_all, spool, spool_path
 from hermes.state import SessionDB
 from hypothesis import given, settings
@@ -130,8 +131,8 @@ def test_the_cli_refuses_a_keyless_public_bind_before_listening(tmp_path: Path) 
 
 def test_keys_are_compared_in_constant_time() -> None:
     """The bearer token is checked with hmac.compare_digest, and no ``==``/``!=``/``in``
-    touches the key anywhere in the api_server module."""
-    tree = ast.parse(Path(api_server.__file__).read_text())
+    touches the key anywhere in the api_server's auth module."""
+    tree = ast.parse(Path(api_auth.__file__).read_text())
     auth = next(n for n in ast.walk(tree)
                 if isinstance(n, ast.AsyncFunctionDef) and n.name == "_authenticate")
     calls = [ast.unparse(n.func) for n in ast.walk(auth) if isinstance(n, ast.Call)]
@@ -261,12 +262,6 @@ def test_a_long_session_id_can_be_spooled(tmp_path: Path, session_id: str) -> No
 REVIEWED_SQL_FORMATS = {
     ("schema.rs", "ALTER TABLE {table} ADD COLUMN {column} {decl}"):
         "constants of LATE_COLUMNS",
-    ("sqlite.rs", "{c} = COALESCE(sessions.{c}, excluded.{c})"):
-        "column names that passed checked_column (present in the file's sessions table)",
-    ("sqlite.rs", "DO UPDATE SET {}"): "the joined COALESCE clauses above",
-    ("sqlite.rs", "INSERT INTO sessions ({}) VALUES ({}) ON CONFLICT(id) {on_conflict}"):
-        "checked column names; '?' placeholders; the clause above",
-    ("sqlite.rs", "{} = ?"): "a column name that passed checked_column",
     ("search_index.rs", "INSERT INTO {table}(rowid, content) SELECT id, {INDEXED_TEXT} FROM messages "
                         "WHERE id BETWEEN ?1 AND ?2"):
         "a table name from the constant KNOWN_INDEXES; the constant INDEXED_TEXT",
@@ -275,9 +270,24 @@ REVIEWED_SQL_FORMATS = {
                         "WHERE messages.id BETWEEN p.first_id AND p.last_id) AND id NOT IN "
                         "(SELECT rowid FROM {table} WHERE rowid BETWEEN ?1 AND ?2)"):
         "a table name from the constant KNOWN_INDEXES; the constant INDEXED_TEXT",
-    ("sqlite.rs", "UPDATE sessions SET {} WHERE id = ?"): "the joined '<column> = ?' list",
-    ("sqlite.rs", "SELECT {columns} FROM messages WHERE session_id = ?1{active} ORDER BY id"):
+    ("search_index.rs", "DELETE FROM {table} WHERE rowid IN (SELECT value FROM json_each(?1))"):
+        "a table name from the constant KNOWN_INDEXES",
+    ("search_index.rs", "INSERT INTO {table}(rowid, content) SELECT id, {INDEXED_TEXT} FROM messages "
+                        "WHERE id IN (SELECT value FROM json_each(?1))"):
+        "a table name from the constant KNOWN_INDEXES; the constant INDEXED_TEXT",
+    ("read.rs", "SELECT {columns} FROM messages WHERE session_id = ?1{active} ORDER BY id"):
         "a constant column list (MESSAGE_COLUMNS or CONVERSATION_COLUMNS); a constant clause",
+}
+#: The typed operations' SQL (store/sqlite/sql.rs) is written piece by piece, not with
+#: format!: every name goes through Sql::ident (quoted, after the column check), every value
+#: through Sql::bind (a ``?``). These are the only other expressions it writes, reviewed.
+REVIEWED_SQL_PIECES = {
+    "relation.name()": "a table name: a constant of the Relation enum",
+    "columns": "Sql::returning's list, a constant in write.rs ('id, session_id')",
+    "joint": "' AND ' or ' OR '",
+    "text": "Sql::push itself",
+    "if": "an if whose branches are string literals",
+    "match": "a match whose arms are string literals",
 }
 _SQL_WORDS = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|ALTER|CREATE|DROP|PRAGMA|SET|"
                         r"VALUES|WHERE|COALESCE)\b")
@@ -301,6 +311,15 @@ def test_sql_is_built_only_from_reviewed_identifiers() -> None:
     # Values never go through format!: every {placeholder} above is an identifier list.
     for _, literal in found:
         assert "'{" not in literal and "\"{" not in literal, literal
+
+
+def test_typed_sql_is_written_only_from_quoted_names_bound_values_and_constants() -> None:
+    text = (REPO / "rust" / "src" / "store" / "sqlite" / "sql.rs").read_text()
+    assert "format!(" not in text
+    pieces = set(re.findall(r"\.push(?:_str)?\(\s*(?![\s\"'])([A-Za-z_][\w.]*(?:\(\))?)", text))
+    assert pieces - {"value", "part"} <= set(REVIEWED_SQL_PIECES), pieces
+    # `value` is a bound value pushed onto params, `part` a piece of a name being quoted.
+    assert "self.params.push(value)" in text and "self.text.push_str(part)" in text
 
 
 def test_hostile_names_and_values_are_refused_or_stored_verbatim(tmp_path: Path) -> None:
@@ -365,7 +384,7 @@ def test_api_keys_never_reach_the_database_logs_or_exports(tmp_path: Path) -> No
     home.mkdir()
     # No client retries, so the fake's every fourth answer (a 500) reaches the agent.
     (home / "config.yaml").write_text(yaml.safe_dump({"model": {"max_retries": 0}}))
-    outputs: list[bytes] = []
+    outputs: list[bytes] = []  # command outputs and the gateway's answers
 
     def leaks() -> list[str]:
         found = []
@@ -380,23 +399,29 @@ def test_api_keys_never_reach_the_database_logs_or_exports(tmp_path: Path) -> No
     with FakeModel(fail_every=4) as model, ApiGateway(
             home, "--base-url", model.url, "--model", "fake-model",
             OPENAI_API_KEY=model_key, API_SERVER_KEY=gateway_key) as gateway:
-        auth = {"Content-Type": "application/json", "Authorization": f"Bearer {gateway_key}",
-                SESSION_HEADER: "leakcheck"}
+        auth = {"Content-Type": "application/json", "Authorization": f"Bearer {gateway_key}"}
         statuses = []
         for n in range(6):
             body = json.dumps({"messages": [{"role": "user", "content": f"question {n}"}],
                                "stream": n % 2 == 1}).encode()
-            statuses.append(gateway.request("POST", "/v1/chat/completions", body, auth)[0])
+            status, headers, answer = gateway.request("POST", "/v1/chat/completions", body,
+                                                      auth)
+            statuses.append(status)
+            outputs.append(answer)
+            # The first turn names the session; the others continue it from state.db.
+            auth[SESSION_HEADER] = headers[SESSION_HEADER]
+        session_id = auth[SESSION_HEADER]
         wrong = {**auth, "Authorization": f"Bearer {gateway_key[:-1]}"}
         statuses.append(gateway.request("POST", "/v1/chat/completions", b"{}", wrong)[0])
-        assert statuses == [200] * 6 + [401], statuses
+        # Every second turn's answer call is the model's scripted outage: a 502.
+        assert statuses == [200, 502] * 3 + [401], statuses
         assert f"Bearer {model_key}" in model.auth_headers  # the key was really in use
         assert "scripted outage" in gateway.log()  # and a model failure was logged
         running = leaks()  # the WAL and -shm exist while it runs
-    for args in (["list"], ["show", "leakcheck"], ["search", "question"],
-                 ["export", "leakcheck", "--format", "jsonl", "-o", str(tmp_path / "export.jsonl")],
-                 ["export", "leakcheck", "--format", "md", "-o", str(tmp_path / "export.md")],
-                 ["export", "leakcheck"]):
+    for args in (["list"], ["show", session_id], ["search", "question"],
+                 ["export", session_id, "--format", "jsonl", "-o", str(tmp_path / "export.jsonl")],
+                 ["export", session_id, "--format", "md", "-o", str(tmp_path / "export.md")],
+                 ["export", session_id]):
         done = hermes_cli(home, "-v", "sessions", *args)
         assert done.returncode == 0, done
         outputs += [done.stdout.encode(), done.stderr.encode()]

@@ -4,8 +4,10 @@ and ``AsyncSessionDB``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -25,7 +27,13 @@ from hermes.errors import (
     StateDbError,
     WriterBusyError,
 )
-from hermes.state import AsyncSessionDB, SessionDB, writes_without_waiting
+from hermes.state import (
+    SCHEMA_SQL,
+    SCHEMA_VERSION,
+    AsyncSessionDB,
+    SessionDB,
+    writes_without_waiting,
+)
 
 
 
@@ -134,6 +142,22 @@ def test_empty_file_becomes_a_database(tmp_path: Path) -> None:
     db.create_session("s1", "cli")
     assert path.read_bytes()[:16] == b"SQLite format 3\x00"
     db.close()
+
+
+def test_schema_sql_is_the_ddl_of_a_file_we_create(tmp_path: Path) -> None:
+    def schema(path: Path) -> set[tuple[str, str]]:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            return set(conn.execute("SELECT name, sql FROM sqlite_schema WHERE sql IS NOT NULL"))
+
+    ours = tmp_path / "ours.db"
+    SessionDB(ours).close()
+    scripted = tmp_path / "scripted.db"
+    with contextlib.closing(sqlite3.connect(scripted)) as conn:
+        conn.executescript(SCHEMA_SQL)
+    assert schema(scripted) == schema(ours)
+    with contextlib.closing(sqlite3.connect(f"file:{ours}?mode=ro", uri=True)) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+    assert SCHEMA_VERSION == 22  # hermes-agent 0.19.0's
 
 
 # -- options ----------------------------------------------------------------------------

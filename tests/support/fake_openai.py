@@ -24,6 +24,12 @@ class Reply:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     status: int = 200  # anything else: an OpenAI-shaped error with ``error``
     error: str = "scripted failure"
+    finish_reason: str | None = None  # default: "tool_calls" with tool calls, else "stop"
+    delay: float = 0.0  # seconds to wait before answering (a slow model)
+
+    @property
+    def finish(self) -> str:
+        return self.finish_reason or ("tool_calls" if self.tool_calls else "stop")
 
 
 def tool_call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -78,6 +84,8 @@ class FakeOpenAI:
         self.requests.append(body)
         self.auth_headers.append(request.headers.get("Authorization", ""))
         reply = self.next_reply(body)
+        if reply.delay:
+            await asyncio.sleep(reply.delay)
         if reply.status != 200:
             return _error(reply.status, reply.error)
         if body.get("stream"):
@@ -88,8 +96,7 @@ class FakeOpenAI:
         return web.json_response({
             "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
             "model": body["model"],
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
+            "choices": [{"index": 0, "message": message, "finish_reason": reply.finish}],
             "usage": {"prompt_tokens": 21, "completion_tokens": 7, "total_tokens": 28},
         })
 
@@ -128,7 +135,7 @@ async def _stream(request: web.Request, model: str, reply: Reply) -> web.StreamR
                                                   "arguments": arguments[:half]}}]})
         await chunk({"tool_calls": [{"index": index,
                                      "function": {"arguments": arguments[half:]}}]})
-    await chunk({}, finish="tool_calls" if reply.tool_calls else "stop")
+    await chunk({}, finish=reply.finish)
     await chunk({}, usage={"prompt_tokens": 21, "completion_tokens": 7, "total_tokens": 28})
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()

@@ -35,10 +35,9 @@ class GatewayProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.port = 0
 
-    def start(self, timeout: float = 20.0) -> GatewayProcess:
-        self.home.mkdir(parents=True, exist_ok=True)
-        self.port_file.unlink(missing_ok=True)
-        config = {
+    def config(self) -> dict[str, Any]:
+        """The process's ``config.yaml``."""
+        return {
             "state_db": str(self.state_db),
             "gateway": {
                 "agent_factory": "support.scripted_agent:build_agent",
@@ -50,17 +49,30 @@ class GatewayProcess:
                 **self.settings,
             },
         }
-        (self.home / "config.yaml").write_text(yaml.safe_dump(config))
-        env = child_env(self.home, HERMES_TEST_BUILD_LOG=str(self.build_log))
+
+    def environment(self) -> dict[str, str]:
+        return child_env(self.home, HERMES_TEST_BUILD_LOG=str(self.build_log))
+
+    def ready(self) -> bool:
+        """Whether the started process serves (its adapter wrote its port)."""
+        if not self.port_file.exists():
+            return False
+        self.port = int(self.port_file.read_text())
+        return True
+
+    def start(self, timeout: float = 20.0) -> GatewayProcess:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.port_file.unlink(missing_ok=True)
+        (self.home / "config.yaml").write_text(yaml.safe_dump(self.config()))
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen([sys.executable, "-c", _MAIN], env=env,
-                                            stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen([sys.executable, "-c", _MAIN],
+                                            env=self.environment(), stdout=log,
+                                            stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
-        while not self.port_file.exists():
+        while not self.ready():
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"gateway did not come up; its log:\n{self.log()}")
             time.sleep(0.05)
-        self.port = int(self.port_file.read_text())
         return self
 
     def log(self) -> str:

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hermes.agent.conversation import inbound_message_id
 from hermes.agent.persistence import TranscriptPersistence
 from hermes.state import SessionDB
 
@@ -82,7 +83,10 @@ class ScriptedAgent(TranscriptPersistence):
 
     def _turn(self, user_message: str, history: list[dict[str, Any]]) -> dict[str, Any]:
         self.turns += 1
-        messages = list(history) + [{"role": "user", "content": user_message}]
+        user: dict[str, Any] = {"role": "user", "content": user_message}
+        if inbound_message_id.get():  # as the real agent does, for redelivery checks
+            user["platform_message_id"] = inbound_message_id.get()
+        messages = list(history) + [user]
         self._session_messages = messages
         # Like the upstream agent: the loaded history is known to be stored (the one-shot
         # identity seed of SPEC §4), so no flush — the gateway's shutdown flush included —

@@ -6,8 +6,9 @@ One protocol, two implementations:
   configured) speaks the chat-completions API through the ``openai`` package, so any
   OpenAI-compatible server works (OpenAI, OpenRouter, vLLM, Ollama, llama.cpp, ...). Retries on
   429 and 5xx are the client's own (``max_retries``, exponential backoff); what is left after
-  them becomes a ``ModelError`` or, when the fix is a setting, a ``ConfigError``, each naming
-  the endpoint and what to do.
+  them becomes a ``ModelError`` (a ``ModelConfigError``, also a ``ConfigError``, when the fix
+  is a setting), each naming the endpoint and what to do, and carrying a ``ModelFailure``
+  that says which way the call failed, for callers that answer in HTTP statuses.
 * ``OfflineBackend`` needs no network. It answers every message by saying it is offline and
   echoing the message, so a freshly installed gateway works end to end before any model is
   configured.
@@ -17,15 +18,36 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
 from hermes.agent.model_metadata import estimate_tokens
 from hermes.config import ModelConfig
-from hermes.errors import HermesError
+from hermes.errors import ConfigError, HermesError
+
+
+class ModelFailure(Enum):
+    """Which way a model call failed; the values are the api_server's error codes."""
+
+    KEY_REFUSED = "model_key_refused"  # HTTP 401/403: the endpoint refused the model key
+    NOT_FOUND = "model_not_found"  # HTTP 404: no such model or route there
+    REQUEST_REFUSED = "model_request_refused"  # HTTP 400/422: the endpoint refused the request
+    RATE_LIMITED = "model_rate_limited"  # HTTP 429, still after the retries
+    UNREACHABLE = "model_unreachable"  # connection refused, DNS, TLS
+    TIMEOUT = "model_timeout"
+    FAILED = "model_failed"  # HTTP 5xx after the retries, or anything else
 
 
 class ModelError(HermesError):
     """The model endpoint failed in a way a retry did not fix."""
+
+    def __init__(self, message: str, failure: ModelFailure = ModelFailure.FAILED) -> None:
+        super().__init__(message)
+        self.failure = failure
+
+
+class ModelConfigError(ModelError, ConfigError):
+    """A model-endpoint failure that a setting fixes (a refused key, an unknown model)."""
 
 
 @dataclass

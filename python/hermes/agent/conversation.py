@@ -10,6 +10,11 @@ exit paths that flush again (shutdown, interrupt) write nothing twice.
 
 The live list starts as a shallow copy of ``conversation_history``: the history's dict objects
 are reused as they are, which is how the flush recognises them as already stored.
+
+What the model is sent is built from the live list each round (``_api_messages``): the system
+prompt (the configured ``system_prompt``, then the ``ephemeral_system_prompt`` a caller such as
+the api_server adds for this agent), then the conversation, every string made valid Unicode
+(``hermes.text``) so no caller's broken text reaches the model client.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 from hermes.agent import model_metadata
 from hermes.agent.backends import (
     ModelBackend,
+    ModelError,
+    ModelFailure,
     ModelResponse,
     OfflineBackend,
     StreamingBackend,
@@ -32,6 +39,7 @@ from hermes.agent.backends import (
 from hermes.agent.tools import Tool, ToolRegistry, default_registry
 from hermes.config import OFFLINE_MODEL, HermesConfig, load_config
 from hermes.errors import ConfigError, HermesError
+from hermes.text import valid_strings
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +52,11 @@ Message = dict[str, Any]
 reply_stream: ContextVar[Callable[[str], None] | None] = ContextVar(
     "hermes_reply_stream", default=None
 )
+#: The chat platform's id of the message a turn answers, set by the gateway for the turn; the
+#: user row carries it (``platform_message_id``), so a message the platform delivers again
+#: is recognised in the transcript (``hermes.gateway.redelivery``).
+inbound_message_id: ContextVar[str | None] = ContextVar("hermes_inbound_message_id",
+                                                        default=None)
 
 # Only these roles and keys go to a chat-completions endpoint. The transcript carries more
 # (``session_meta`` rows, ``tool_name``, ``finish_reason``, reasoning), which strict servers
@@ -66,6 +79,7 @@ class ConversationLoop:
     # keep attribute reads safe on agents built with ``object.__new__``.
     model: str = OFFLINE_MODEL
     system_prompt: str | None = None
+    ephemeral_system_prompt: str | None = None
     max_iterations: int = 20
     context_length: int = model_metadata.DEFAULT_CONTEXT_LENGTH
     backend: ModelBackend = OfflineBackend()  # stateless, so one shared default is safe
@@ -105,12 +119,15 @@ class ConversationLoop:
         Unset arguments come from ``hermes.config`` (config.yaml, then environment). With no
         ``backend`` the agent talks to an OpenAI-compatible endpoint when a ``base_url`` or
         ``api_key`` is known and runs offline otherwise. ``extra`` may carry ``config`` (a
-        ``HermesConfig`` to use instead of reading one); other keys, which callers written
-        for hermes-agent pass, are ignored.
+        ``HermesConfig`` to use instead of reading one) and ``ephemeral_system_prompt`` (sent
+        after the system prompt, as hermes-agent does: a client's own instructions); other
+        keys, which callers written for hermes-agent pass, are ignored.
         """
         config = extra.pop("config", None)
         if not isinstance(config, HermesConfig):
             config = load_config()
+        ephemeral = extra.pop("ephemeral_system_prompt", None)
+        self.ephemeral_system_prompt = ephemeral if isinstance(ephemeral, str) else None
         if extra:
             logger.debug("AIAgent: ignoring unsupported options %s", sorted(extra))
         model_config = replace(
@@ -154,6 +171,13 @@ class ConversationLoop:
     ) -> dict[str, Any]:
         """Run one turn and return the result dict the gateway reads (SPEC §5).
 
+        Besides SPEC §5's keys it reports the model's side of the turn: ``prompt_tokens`` and
+        ``completion_tokens`` summed over its model calls, the last call's ``finish_reason``
+        (``"length"`` when the turn stopped at ``max_iterations``), and for a failed model
+        call ``failed``, ``error`` (what failed, and what to do) and ``failure`` (the
+        ``ModelFailure`` value, e.g. ``"model_key_refused"``). ``final_response`` then says
+        what failed in words, for platforms that can only show text.
+
         ``persist_user_message``, when given, is what the transcript stores as the user's
         message while the model is sent ``user_message`` (the gateway adds resume notes this
         way); the sent text is kept in the row's ``api_content``, as hermes-agent does, so a
@@ -173,10 +197,13 @@ class ConversationLoop:
         interrupt = self._interrupt_flag()
         api_calls = 0
         last_prompt_tokens = 0
+        prompt_tokens = completion_tokens = 0
+        finish_reason: str | None = None
         final_response: str | None = None
         completed = False
         interrupted = False
         error: str | None = None
+        failure: ModelFailure | None = None
         streamed_before = False
         while True:
             if self.is_interrupted:
@@ -190,6 +217,7 @@ class ConversationLoop:
                 )
                 messages.append({"role": "assistant", "content": final_response})
                 persisted = self._flush_messages_to_session_db(messages, conversation_history)
+                finish_reason = "length"
                 break
             api_calls += 1
             try:
@@ -199,10 +227,14 @@ class ConversationLoop:
                 # (at least the user message) is already stored.
                 logger.warning("model call failed (task %s): %s", task_id, exc)
                 error = str(exc)
+                failure = exc.failure if isinstance(exc, ModelError) else ModelFailure.FAILED
                 final_response = f"The model call failed: {exc}"
                 break
             streamed_before = streamed_before or bool(response.content)
             last_prompt_tokens = response.prompt_tokens
+            prompt_tokens += response.prompt_tokens
+            completion_tokens += response.completion_tokens
+            finish_reason = response.finish_reason
             messages.append(_assistant_message(response))
             persisted = self._flush_messages_to_session_db(messages, conversation_history)
             if not response.tool_calls:
@@ -223,10 +255,14 @@ class ConversationLoop:
             "tools": self.tool_registry.schemas(),
             "history_offset": len(history),
             "last_prompt_tokens": last_prompt_tokens,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "finish_reason": finish_reason,
             "completed": completed,
             "interrupted": interrupted,
             "failed": error is not None,
             "error": error,
+            "failure": failure.value if failure is not None else None,
             "api_calls": api_calls,
             "model": self.model,
             "session_id": self.session_id,
@@ -263,7 +299,8 @@ class ConversationLoop:
         return persisted
 
     def _call_model(self, messages: list[Message], *, separate: bool) -> ModelResponse:
-        request = self._fit_to_context(_api_messages(messages, self.system_prompt))
+        prompts = [p for p in (self.system_prompt, self.ephemeral_system_prompt) if p]
+        request = self._fit_to_context(_api_messages(messages, "\n\n".join(prompts)))
         tools = self.tool_registry.schemas()
         sink = reply_stream.get()
         if sink is None or not isinstance(self.backend, StreamingBackend):
@@ -299,13 +336,18 @@ class ConversationLoop:
 
 
 def _user_message(sent: str, stored: str | None) -> Message:
-    if stored is None or stored == sent:
-        return {"role": "user", "content": sent}
-    return {"role": "user", "content": stored, "api_content": sent}
+    message: Message = {"role": "user", "content": sent}
+    if stored is not None and stored != sent:
+        message = {"role": "user", "content": stored, "api_content": sent}
+    platform_id = inbound_message_id.get()
+    if platform_id:
+        message["platform_message_id"] = platform_id
+    return message
 
 
 def _api_messages(messages: list[Message], system_prompt: str | None) -> list[Message]:
-    request: list[Message] = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    request: list[Message] = [
+        {"role": "system", "content": valid_strings(system_prompt)}] if system_prompt else []
     unanswered: list[str] = []
     for message in messages:
         role = str(message.get("role"))
@@ -322,7 +364,7 @@ def _api_messages(messages: list[Message], system_prompt: str | None) -> list[Me
         sent = {k: message.get(k) for k in keys if k == "content" or message.get(k)}
         if isinstance(message.get("api_content"), str):
             sent["content"] = message["api_content"]
-        request.append(sent)
+        request.append(valid_strings(sent))
         if role == "assistant":
             unanswered = [str(c.get("id")) for c in message.get("tool_calls") or []
                           if isinstance(c, dict) and c.get("id")]

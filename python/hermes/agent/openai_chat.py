@@ -14,8 +14,7 @@ from typing import Any
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from hermes.agent.backends import ModelError, ModelResponse
-from hermes.errors import ConfigError
+from hermes.agent.backends import ModelConfigError, ModelError, ModelFailure, ModelResponse
 
 # The openai client refuses to start without a key; local servers usually want none.
 _PLACEHOLDER_API_KEY = "not-needed"
@@ -153,38 +152,44 @@ def _merge_tool_call_delta(calls: dict[int, dict[str, Any]], part: Any) -> None:
 
 @contextmanager
 def _translated_errors(endpoint: str, model: str, max_retries: int) -> Iterator[None]:
-    """Turn the openai package's exceptions into ours, with advice."""
+    """Turn the openai package's exceptions into ours, with advice and a ``ModelFailure``."""
     where = f"model endpoint {endpoint}"
     try:
         yield
     except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-        raise ConfigError(
-            f"the {where} rejected the API key (HTTP {exc.status_code}); set model.api_key "
-            "in $HERMES_HOME/config.yaml or OPENAI_API_KEY to a key it accepts"
+        raise ModelConfigError(
+            f"the {where} refused the model API key (HTTP {exc.status_code}); set "
+            "model.api_key in $HERMES_HOME/config.yaml or OPENAI_API_KEY to a key it accepts",
+            ModelFailure.KEY_REFUSED,
         ) from exc
     except openai.NotFoundError as exc:
-        raise ConfigError(
+        raise ModelConfigError(
             f"the {where} has no model {model!r} or no chat-completions route "
             f"(HTTP 404: {_detail(exc)}); check model.name and that model.base_url ends "
-            "in the API root (often /v1)"
+            "in the API root (often /v1)",
+            ModelFailure.NOT_FOUND,
         ) from exc
-    except openai.BadRequestError as exc:
+    except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
         raise ModelError(
-            f"the {where} refused the request for model {model!r} (HTTP 400: "
-            f"{_detail(exc)}); the conversation or tool list may not suit this model"
+            f"the {where} refused the request for model {model!r} (HTTP {exc.status_code}: "
+            f"{_detail(exc)}); the conversation or tool list may not suit this model",
+            ModelFailure.REQUEST_REFUSED,
         ) from exc
     except openai.RateLimitError as exc:
         raise ModelError(
             f"the {where} is still rate limiting after {max_retries} retries; wait and try "
-            "again, or raise model.max_retries"
+            "again, or raise model.max_retries",
+            ModelFailure.RATE_LIMITED,
         ) from exc
     except openai.APITimeoutError as exc:
         raise ModelError(
-            f"the {where} did not answer in time; raise model.timeout or check the server"
+            f"the {where} did not answer in time; raise model.timeout or check the server",
+            ModelFailure.TIMEOUT,
         ) from exc
     except openai.APIConnectionError as exc:
         raise ModelError(
-            f"cannot reach the {where}: {exc}; is the server running and model.base_url right?"
+            f"cannot reach the {where}: {exc}; is the server running and model.base_url right?",
+            ModelFailure.UNREACHABLE,
         ) from exc
     except openai.APIStatusError as exc:
         raise ModelError(

@@ -28,7 +28,7 @@ def add_commands(commands: Commands) -> None:
 
 
 def run_gateway(args: argparse.Namespace) -> int:
-    from hermes.gateway.platforms.api_server import check_bind_allowed
+    from hermes.gateway.platforms.api_auth import check_bind_allowed
     from hermes.gateway.run import GatewayRunner
 
     extra = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}

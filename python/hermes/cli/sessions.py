@@ -1,8 +1,8 @@
 """``hermes sessions``: the stored conversations, read and exported from the command line.
 
-``show`` and ``export`` take a session id or title, or the conversation id an api_server
-client used (``X-Hermes-Session-Id``) or a chat's session key, and then pick that
-conversation's newest session. Option names follow hermes-agent's ``hermes sessions``.
+``show`` and ``export`` take a session id (for an api_server conversation, the
+``X-Hermes-Session-Id`` its answers carried) or title, or a chat's conversation id or session
+key, and then pick that conversation's newest session. Option names follow hermes-agent's ``hermes sessions``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from hermes.cli.output import (
     when,
 )
 
-_IDENT_HELP = "session id or title, api_server conversation id or session key"
+_IDENT_HELP = ("session id (an api_server answer's X-Hermes-Session-Id) or title, chat id "
+               "or session key")
 
 
 def add_commands(commands: Commands) -> None:

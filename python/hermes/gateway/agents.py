@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from hermes.gateway.agent_cache import agent_signature
-from hermes.gateway.plugins import load_dotted
 from hermes.gateway.events import SessionSource
+from hermes.gateway.plugins import load_dotted
+from hermes.gateway.seams import AgentHost
 
 if TYPE_CHECKING:
-    from hermes.gateway.run import GatewayRunner
     from hermes.state import SessionDB
 
 logger = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def build_agent(factory: AgentFactory, session_id: str, session_db: SessionDB | 
 
 
 async def run_agent(
-    runner: GatewayRunner,
+    runner: AgentHost,
     message: str,
     history: list[dict[str, Any]],
     source: SessionSource,
@@ -74,12 +74,11 @@ async def run_agent(
     agent: Any = cached
     if agent is None:
         factory = agent_factory(runner.config.agent_factory)
-        db = runner._session_db.sync if runner._session_db is not None else None
         agent = await runner._run_in_executor_with_context(
-            build_agent, factory, session_id, db, source, runtime_kwargs)
+            build_agent, factory, session_id, runner._sync_session_db(), source, runtime_kwargs)
         runner._release_agents(cache.put(session_key, agent, signature, live or 0, session_id,
-                                         busy=runner._running_agents, own=own))
-    runner._running_agents[session_key] = agent
+                                         busy=runner._slots().keys(), own=own))
+    runner._slots().set_agent(session_key, agent)
     if not runner._is_session_run_current(session_key, run_generation):
         agent.interrupt("stopped before the turn started")
     try:

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 from hermes.errors import SessionNotFoundError, StateDbError
 from hermes.gateway.events import SessionSource
+from hermes.gateway.seams import CommandHost
 from hermes.session_lookup import find_session, recent_sessions
 
 if TYPE_CHECKING:
-    from hermes.gateway.run import GatewayRunner
     from hermes.gateway.session import SessionStore
 
 #: Longest title accepted (hermes-agent's limit too).
@@ -81,7 +81,7 @@ def help_text(extra: dict[str, str] | None = None) -> str:
     return "\n".join(f"{usage:<{width}}  {summary}" for usage, summary in rows)
 
 
-async def execute(runner: GatewayRunner, invocation: Invocation, source: SessionSource,
+async def execute(runner: CommandHost, invocation: Invocation, source: SessionSource,
                   session_key: str) -> str:
     command, argument = invocation.command, invocation.argument
     if command is Command.HELP:

@@ -49,18 +49,24 @@ _SYNCHRONOUS: tuple[Synchronous, ...] = ("FULL", "NORMAL")
 
 @dataclass(frozen=True)
 class PlatformConfig:
-    """One platform's switch, adapter and allowlist.
+    """One platform's switch, adapter, credential and allowlists.
 
     ``adapter`` ("module:Class") plugs in an adapter the package does not ship; ``None`` uses
     the built-in one for the platform. ``allowed_users`` ``None`` lets every user of the
-    platform in (the shipped platforms are loopback or key-protected); a tuple admits only
-    those user ids. ``extra`` is passed to the adapter untouched.
+    platform in (the shipped platforms are loopback, key- or signature-protected, or refuse to
+    start without an allowlist); a tuple admits only those user ids. ``allowed_chats`` does the
+    same for the group chats (and channels) a message may come from; direct messages are
+    judged by ``allowed_users`` alone. ``token`` is the platform's credential (a bot token).
+    ``extra`` is passed to the adapter untouched. Neither ``token`` nor ``extra`` (which may
+    hold secrets) is shown in this object's ``repr``.
     """
 
     enabled: bool = False
     adapter: str | None = None
     allowed_users: tuple[str, ...] | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    allowed_chats: tuple[str, ...] | None = None
+    token: str | None = field(default=None, repr=False)
+    extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
 
 def _default_platforms() -> dict[Platform, PlatformConfig]:

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hermes.gateway.config import Platform
 
 __all__ = ["MessageEvent", "MessageHandler", "SendResult", "SessionSource"]
+
+if TYPE_CHECKING:
+    from hermes.gateway.client_turn import ClientTurn
 
 
 @dataclass(frozen=True)
@@ -43,11 +46,16 @@ class SessionSource:
 
 @dataclass
 class MessageEvent:
-    """One inbound message, normalised; ``message_id`` is the platform's own id (for dedupe)."""
+    """One inbound message, normalised; ``message_id`` is the platform's own id (for dedupe).
+
+    ``client`` is set by request/response clients (the api_server): the conversation the
+    client sent or names, and the place the turn reports back to (``hermes.gateway.client_turn``).
+    """
 
     text: str
     source: SessionSource
     message_id: str | None = None
+    client: ClientTurn | None = None
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """``GatewayRunner``: the gateway's facade. It owns the state; the behaviour is in the modules.
 
 ==================  ==========================================================================
+``seams``           what each module may use of the runner: one ``Protocol`` a module
 ``turn``            one inbound message: authorize, queue per conversation, run a turn
 ``agents``          an agent for a turn (cached or built), run on a worker thread
 ``agent_cache``     the per-conversation agent cache and its cross-process coherence guard
@@ -8,15 +9,19 @@
 ``busy``            one turn at a time per conversation: slots, queues, run generations
 ``commands``        ``/stop`` and ``/new``
 ``resume``          notes for conversations whose turn a shutdown or crash cut off
+``redelivery``      a message the platform delivered again: its stored reply, or a new run
+``client_turn``     turns of request/response clients (api_server): routing, stateless history
 ``shutdown``        the bounded phases of ``stop()``
 ``session``         session keys, routing entries and transcripts in ``state.db``
 ``events``          the types exchanged with adapters (``MessageEvent``, ``SessionSource``, ...)
 ``executor``        the daemon worker threads turns run on
 ==================  ==========================================================================
 
-Method names are those of hermes-agent's runner, whose regression tests reach into them; the
-methods those tests call on a runner built with ``object.__new__`` (no ``__init__``) rely only
-on class-level defaults and helpers created on first use.
+The modules are typed against their host in ``seams``, never against this class: the runner
+is the one place that holds the state, and each module sees only its own part of it. Method
+names are those of hermes-agent's runner, whose regression tests reach into them; the methods
+those tests call on a runner built with ``object.__new__`` (no ``__init__``) rely only on
+class-level defaults and helpers created on first use.
 """
 
 from __future__ import annotations
@@ -27,14 +32,13 @@ import functools
 import logging
 import signal
 import threading
-import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from hermes.gateway import agents, shutdown, turn
 from hermes.gateway.agent_cache import AgentCache, CacheEntry
-from hermes.gateway.busy import PENDING, MessageQueues, RunGenerations
+from hermes.gateway.busy import MessageQueues, RunGenerations, Slots
 from hermes.gateway.config import GatewayConfig, Platform, load_gateway_config
 from hermes.gateway.events import MessageEvent, SessionSource
 from hermes.gateway.executor import DaemonThreadPool
@@ -171,15 +175,24 @@ class GatewayRunner:
     async def _run_agent(self, message: str, history: list[dict[str, Any]],
                          source: SessionSource, session_id: str, session_key: str,
                          run_generation: int, persist_user_message: str | None = None,
-                         ) -> dict[str, Any]:
+                         ephemeral_system_prompt: str | None = None) -> dict[str, Any]:
         runtime_kwargs = await self._run_in_executor_with_context(_resolve_runtime_agent_kwargs)
+        if ephemeral_system_prompt:
+            # A build argument, so the agent cache keeps one agent per prompt.
+            runtime_kwargs["ephemeral_system_prompt"] = ephemeral_system_prompt
         return await agents.run_agent(self, message, history, source, session_id, session_key,
                                       run_generation, runtime_kwargs, persist_user_message)
 
     def _is_user_authorized(self, source: SessionSource) -> bool:
+        """The platform's allowlists: its users, and for anything but a direct message its
+        chats. Checked before anything of the message is stored."""
         platform_config = self.config.platforms.get(source.platform)
-        allowed = platform_config.allowed_users if platform_config else None
-        return allowed is None or (source.user_id is not None and source.user_id in allowed)
+        if platform_config is None:
+            return True
+        users, chats = platform_config.allowed_users, platform_config.allowed_chats
+        if users is not None and (source.user_id is None or source.user_id not in users):
+            return False
+        return chats is None or source.chat_type == "dm" or source.chat_id in chats
 
     def _session_key_for(self, source: SessionSource) -> str:
         return build_session_key(source, self.config.group_sessions_per_user,
@@ -192,8 +205,8 @@ class GatewayRunner:
         it was."""
         if self.config.busy_policy != "interrupt":
             return False
-        agent = self._running_agents.get(session_key)
-        if agent is None or agent is PENDING:
+        agent = self._slots().agent(session_key)
+        if agent is None:
             return False
         agent.interrupt("a new message arrived")
         return True
@@ -202,20 +215,15 @@ class GatewayRunner:
         """Disown the conversation's running turn (its result will be dropped) and interrupt
         its agent; ``False`` if no turn was running."""
         self._begin_session_run_generation(session_key)
-        agent = self._running_agents.get(session_key)
-        if agent is not None and agent is not PENDING:
+        slots = self._slots()
+        agent = slots.agent(session_key)
+        if agent is not None:
             agent.interrupt(reason)
-        return agent is not None
+        return slots.is_running(session_key)
 
-    def _claim_session(self, session_key: str, source: SessionSource) -> None:
-        self._running_agents[session_key] = PENDING
-        self._running_agents_ts[session_key] = time.time()
-        self._running_sources[session_key] = source
-
-    def _release_session(self, session_key: str) -> None:
-        self._running_agents.pop(session_key, None)
-        self._running_agents_ts.pop(session_key, None)
-        self._running_sources.pop(session_key, None)
+    def _slots(self) -> Slots:
+        return Slots(self._running_agents, self._running_agents_ts, self._running_sources,
+                     self._pending_messages)
 
     def _generations(self) -> RunGenerations:
         generations = self.__dict__.get("_session_run_generation")
@@ -242,6 +250,10 @@ class GatewayRunner:
                           capacity=self.config.agent_cache_size,
                           idle_ttl=self.config.agent_idle_ttl)
 
+    def _has_cached_agent(self, session_key: str) -> bool:
+        # One dict lookup, without building the ``_cache()`` view: a turn asks on the loop.
+        return session_key in self._agent_cache
+
     def _live_message_count(self, session_id: str) -> int | None:
         """The session's ``message_count`` in ``state.db`` now; ``None`` if it cannot be read.
 
@@ -249,10 +261,11 @@ class GatewayRunner:
         microseconds with the GIL released, and a WAL reader never waits for writers; a
         thread hop would cost far more than the read.
         """
-        if self._session_db is None:
+        db = self._sync_session_db()
+        if db is None:
             return None
         try:
-            return self._session_db.sync.message_count(session_id)
+            return db.message_count(session_id)
         except Exception:
             logger.warning("cannot read the message count of %s", session_id, exc_info=True)
             return None
@@ -260,11 +273,13 @@ class GatewayRunner:
     def _commits_cheaply(self) -> bool:
         """Whether a commit costs less than a thread hop: at ``synchronous=NORMAL`` it is a
         write to the page cache (tens of microseconds), at FULL it waits for an fsync."""
-        return self._session_db is not None and self._session_db.sync.synchronous == "NORMAL"
+        db = self._sync_session_db()
+        return db is not None and db.synchronous == "NORMAL"
 
     def _own_appends(self, session_id: str) -> int | None:
         """Rows this process has written to the session (``None`` without a database)."""
-        return None if self._session_db is None else self._session_db.sync.own_appends(session_id)
+        db = self._sync_session_db()
+        return None if db is None else db.own_appends(session_id)
 
     async def _refresh_agent_cache_message_count(self, session_key: str,
                                                  session_id: str | None) -> None:
@@ -279,7 +294,7 @@ class GatewayRunner:
     async def _sweep_idle_agents(self) -> None:
         while True:
             await asyncio.sleep(self.config.agent_sweep_interval)
-            self._release_agents(self._cache().sweep_idle(busy=self._running_agents))
+            self._release_agents(self._cache().sweep_idle(busy=self._slots().keys()))
 
     def _release_agents(self, released: Iterable[Any]) -> None:
         """Release evicted agents in the background: closing one can take seconds."""
@@ -302,7 +317,7 @@ class GatewayRunner:
         if callable(close):
             close()
 
-    async def _finalize_shutdown_agents(self, agents_by_key: dict[str, Any]) -> bool:
+    async def _finalize_shutdown_agents(self, agents_by_key: Mapping[str, Any]) -> bool:
         """Flush each agent's in-flight transcript, then release it (both off the loop and
         bounded); ``True`` if all of it finished in time."""
         return await shutdown.finalize_agents(agents_by_key, self._run_in_executor_with_context,
@@ -319,23 +334,39 @@ class GatewayRunner:
         call = functools.partial(contextvars.copy_context().run, func, *args)
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> None:
+    def _spawn(self, coroutine: Coroutine[Any, Any, object]) -> None:
         """Run a background task, keeping a reference so it is not garbage-collected."""
         tasks: set[asyncio.Task[Any]] = self.__dict__.setdefault("_background", set())
         task = asyncio.ensure_future(coroutine)
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
-    def _cancel_background(self) -> None:
-        """Stop the idle sweep; conversation workers are left to finish (that is the drain)."""
+    def _start_draining(self) -> None:
+        """Refuse new turns and stop the idle sweep; conversation workers are left to finish
+        (that is the drain)."""
+        self._draining = True
         if self._sweeper is not None:
             self._sweeper.cancel()
 
+    def _session_store_opened(self) -> bool:
+        """Whether ``start()`` got as far as the session store (it fails early without a
+        database)."""
+        return getattr(self, "session_store", None) is not None
+
     def _close_resources(self) -> None:
+        """After the adapters disconnected: forget them, stop the worker threads, close the
+        database."""
+        self.adapters.clear()
         if self._executor is not None:
             self._executor.shutdown(wait=False)
-        if self._session_db is not None:
-            self._session_db.sync.close()
+        db = self._sync_session_db()
+        if db is not None:
+            db.close()
+
+    def _sync_session_db(self) -> SessionDB | None:
+        """The database's blocking face (agents write through it on their worker threads);
+        ``None`` before ``start()`` opened it."""
+        return None if self._session_db is None else self._session_db.sync
 
     def _home(self) -> Path:
         return _hermes_home if _hermes_home is not None else hermes_home()

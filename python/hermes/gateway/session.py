@@ -17,9 +17,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
@@ -40,6 +41,8 @@ _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 SESSION_KEY_NAMESPACE = "agent:main"
+#: The ``state_meta`` key of ``SessionStore.client_secret``.
+CLIENT_SECRET_META_KEY = "hermes.client_conversation_secret"
 #: Seconds a turn's activity bookkeeping may wait in memory before it is written.
 ACTIVITY_WRITE_DELAY = 1.0
 
@@ -178,6 +181,7 @@ class SessionStore:
         self._entries: dict[str, SessionEntry] | None = None
         self._unsaved: set[str] = set()
         self._activity_timer: threading.Timer | None = None
+        self._client_secret: bytes | None = None
 
     @property
     def state_db(self) -> SessionDB:
@@ -227,30 +231,48 @@ class SessionStore:
     def get_entry(self, session_key: str) -> SessionEntry | None:
         return self._loaded().get(session_key)
 
-    def get_or_create_session(self, source: SessionSource) -> SessionEntry:
-        """The key's current conversation; a new one (sessions row + routing) if it has none.
-        A key already in memory is answered without touching the database."""
+    def get_or_create_session(self, source: SessionSource,
+                              session_id: str | None = None) -> SessionEntry:
+        """The key's current conversation; a new one (sessions row + routing) if it has none,
+        with ``session_id`` as its id when given. A key already in memory is answered without
+        touching the database."""
         key = self.session_key(source)
         entry = self._loaded().get(key)
         if entry is not None:
             return entry
         with self._write_lock:
-            entries = self._loaded()
-            if key not in entries:
-                # Another gateway process may have started this conversation.
-                found = self._read_entries(skip=set(entries))
-                with self._lock:
-                    entries.update(found)
-            entry = entries.get(key)
+            entry = self._find(key)
             if entry is None:
-                entry = self._create(key, source)
+                entry = self._create(key, source, session_id)
             return entry
 
-    def _create(self, key: str, source: SessionSource) -> SessionEntry:
+    def find_session(self, source: SessionSource) -> SessionEntry | None:
+        """The key's current conversation, or ``None``: like ``get_or_create_session`` without
+        the creating."""
+        key = self.session_key(source)
+        entry = self._loaded().get(key)
+        if entry is not None:
+            return entry
+        with self._write_lock:
+            return self._find(key)
+
+    def _find(self, key: str) -> SessionEntry | None:
+        """The key's entry, from memory or else from the database, where another gateway
+        process may have started the conversation. Hold ``_write_lock``."""
+        entries = self._loaded()
+        if key not in entries:
+            found = self._read_entries(skip=set(entries))
+            with self._lock:
+                entries.update(found)
+        return entries.get(key)
+
+    def _create(self, key: str, source: SessionSource,
+                session_id: str | None = None) -> SessionEntry:
         """A new conversation for ``key``, written. Hold ``_write_lock``."""
         now = datetime.now()
         entry = SessionEntry(
-            session_key=key, session_id=_new_session_id(), created_at=now, updated_at=now,
+            session_key=key, session_id=session_id or _new_session_id(), created_at=now,
+            updated_at=now,
             platform=source.platform, chat_type=source.chat_type, origin=source,
             display_name=source.chat_name or source.user_name,
         )
@@ -276,6 +298,36 @@ class SessionStore:
     def load_transcript(self, session_id: str) -> list[dict[str, Any]]:
         """The conversation in ``state.db`` order, including ``session_meta`` marker rows."""
         return self._state_db.get_messages_as_conversation(session_id)
+
+    def append_conversation(self, session_id: str,
+                            messages: Sequence[Mapping[str, Any]]) -> None:
+        """Write message dicts (role and stored keys, as the agent keeps them) in one
+        transaction; the dicts are only read."""
+        self._state_db.append_messages(session_id, messages)
+
+    def client_secret(self) -> bytes:
+        """The random key client conversations are fingerprinted with
+        (``hermes.gateway.client_turn``): made once per database and kept in its
+        ``state_meta``, so ids stay the same across restarts and processes but cannot be
+        computed from outside. Read once per store, then from memory
+        (``loaded_client_secret``)."""
+        if self._client_secret is not None:
+            return self._client_secret
+        stored = self._state_db.get_meta(CLIENT_SECRET_META_KEY)
+        if stored is None:
+            made = secrets.token_hex(32)
+            self._state_db.set_meta(CLIENT_SECRET_META_KEY, made)
+            # Not kept in memory yet: of two processes making it at the same moment, the
+            # last write wins, and the next call reads that one (only the first turn of each
+            # may differ).
+            return bytes.fromhex(made)
+        self._client_secret = bytes.fromhex(stored)
+        return self._client_secret
+
+    @property
+    def loaded_client_secret(self) -> bytes | None:
+        """``client_secret`` once this store has read it, without touching the database."""
+        return self._client_secret
 
     def append_to_transcript(self, session_id: str, message: Mapping[str, Any],
                              skip_db: bool = False) -> None:

@@ -1,6 +1,7 @@
 """Stopping the gateway: a fixed sequence of phases, each bounded by a timeout.
 
-1. refuse new turns (``runner._draining``) and tell the chats with a running turn;
+1. refuse new turns (``runner._start_draining``), ask the adapters to stop receiving, and
+   tell the chats with a running turn;
 2. mark those conversations ``resume_pending`` *before* waiting for them — if the process is
    killed during the drain, the next boot still knows their turns were cut off;
 3. drain: wait up to ``drain_timeout`` for running turns to finish (a finished turn clears
@@ -9,7 +10,8 @@
 5. finalize every agent (running and cached): flush its in-flight transcript, then release
    its resources off the event loop, each step bounded by ``cleanup_timeout``; then write the
    conversations' activity bookkeeping still held in memory (bounded too);
-6. disconnect the adapters (bounded), stop the worker threads, close the database;
+6. disconnect the adapters (bounded), then forget them, stop the worker threads and close
+   the database;
 7. write ``$HERMES_HOME/.clean_shutdown`` only if nothing was cut off, so the next boot
    knows whether recently active conversations need a resume note.
 
@@ -22,14 +24,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
-from hermes.gateway import busy
+from hermes.gateway.busy import RunningTurn
 from hermes.gateway.resume import CLEAN_SHUTDOWN_MARKER
-
-if TYPE_CHECKING:
-    from hermes.gateway.run import GatewayRunner
+from hermes.gateway.seams import ShutdownHost
 
 logger = logging.getLogger(__name__)
 
@@ -52,14 +52,14 @@ async def bounded(step: Awaitable[Any], timeout: float, what: str) -> bool:
     return False
 
 
-async def _wait_idle(runner: GatewayRunner, timeout: float) -> bool:
+async def _wait_idle(runner: ShutdownHost, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while runner._running_agents and time.monotonic() < deadline:
+    while runner._slots().keys() and time.monotonic() < deadline:
         await asyncio.sleep(_POLL_SECONDS)
-    return not runner._running_agents
+    return not runner._slots().keys()
 
 
-async def stop(runner: GatewayRunner) -> bool:
+async def stop(runner: ShutdownHost) -> bool:
     """Run the phases; returns whether the shutdown was clean (nothing cut off)."""
     config = runner.config
     started = time.monotonic()
@@ -67,14 +67,17 @@ async def stop(runner: GatewayRunner) -> bool:
     def phase(name: str) -> None:
         logger.info("shutdown: %s (+%.2fs)", name, time.monotonic() - started)
 
-    runner._draining = True
-    runner._cancel_background()
-    running = list(runner._running_agents)
+    runner._start_draining()
+    for platform, adapter in list(runner.adapters.items()):
+        await bounded(adapter.stop_receiving(), config.notify_timeout,
+                      f"stopping {platform.value} from receiving")
+    running = runner._slots().turns()
     phase(f"notifying {len(running)} chat(s) with a running turn")
-    await asyncio.gather(*(_notify(runner, key) for key in running))
+    await asyncio.gather(*(_notify(runner, turn) for turn in running))
 
     store = runner.async_session_store
-    marked = [key for key in running
+    running_keys = [turn.session_key for turn in running]
+    marked = [key for key in running_keys
               if await bounded(store.call(lambda s: s.mark_resume_pending(key, "shutdown_timeout")),
                                config.cleanup_timeout, f"marking {key} resume_pending")]
     phase("draining running turns")
@@ -84,19 +87,21 @@ async def stop(runner: GatewayRunner) -> bool:
             await bounded(store.call(lambda s: s.clear_resume_pending(key)), config.cleanup_timeout,
                           f"clearing the resume mark of {key}")
     else:
-        phase(f"drain timed out; interrupting {len(runner._running_agents)} turn(s)")
-        for key, agent in list(runner._running_agents.items()):
-            logger.warning("shutdown: interrupting the turn of %s (running for %.1fs)", key,
-                           time.time() - runner._running_agents_ts.get(key, time.time()))
-            if agent is not busy.PENDING:
-                agent.interrupt("the gateway is shutting down")
+        stuck = runner._slots().turns()
+        phase(f"drain timed out; interrupting {len(stuck)} turn(s)")
+        for turn in stuck:
+            logger.warning("shutdown: interrupting the turn of %s (running for %.1fs)",
+                           turn.session_key, time.time() - turn.started_at)
+            if turn.agent is not None:
+                turn.agent.interrupt("the gateway is shutting down")
         await _wait_idle(runner, config.interrupt_grace)
 
     phase("finalizing agents")
     agents: dict[str, Any] = {f"cached:{i}": a for i, a in enumerate(runner._cache().clear())}
-    agents.update({k: a for k, a in runner._running_agents.items() if a is not busy.PENDING})
+    agents.update({turn.session_key: turn.agent for turn in runner._slots().turns()
+                   if turn.agent is not None})
     finalized = await runner._finalize_shutdown_agents(_unique(agents))
-    if getattr(runner, "session_store", None) is not None:  # None: the start failed early
+    if runner._session_store_opened():
         await bounded(store.call(lambda s: s.save_activity()), config.cleanup_timeout,
                       "writing the conversations' activity")
 
@@ -104,7 +109,6 @@ async def stop(runner: GatewayRunner) -> bool:
     for platform, adapter in list(runner.adapters.items()):
         await bounded(adapter.disconnect(), config.notify_timeout,
                       f"disconnecting {platform.value}")
-    runner.adapters.clear()
     runner._close_resources()
 
     clean = drained and finalized
@@ -130,12 +134,12 @@ def _unique(agents: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-async def _notify(runner: GatewayRunner, session_key: str) -> None:
-    source = runner._running_sources.get(session_key)
+async def _notify(runner: ShutdownHost, turn: RunningTurn) -> None:
+    source = turn.source
     adapter = runner.adapters.get(source.platform) if source else None
     if source is not None and adapter is not None:
         await bounded(adapter.send(source.chat_id, SHUTDOWN_NOTICE), runner.config.notify_timeout,
-                      f"notifying {session_key}")
+                      f"notifying {turn.session_key}")
 
 
 def _flush_inflight(agent: Any) -> None:
@@ -154,7 +158,7 @@ def _flush_inflight(agent: Any) -> None:
 
 
 async def finalize_agents(
-    agents: dict[str, Any],
+    agents: Mapping[str, Any],
     run_off_loop: Callable[..., Awaitable[Any]],
     cleanup: Callable[[Any], None],
     timeout: float,

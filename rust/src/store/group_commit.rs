@@ -11,8 +11,8 @@
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::{lock, relock};
 use crate::error::Result;
+use crate::store::{lock, relock};
 
 struct Slot<T> {
     result: Mutex<Option<Result<T>>>,

@@ -17,7 +17,7 @@ use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::lock;
+use crate::store::lock;
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 

@@ -1,23 +1,39 @@
-//! What the Python layer asks of storage, behind one trait.
+//! What the Python layer asks of storage, behind one trait, and everything
+//! about it that is the same for every backend: the typed operations and
+//! their checks, group commit, the batch policy, own-append counts.
 //!
-//! `SqliteBackend` is the only implementation today. A second backend (for
-//! example PostgreSQL, for gateways spread over several hosts) implements
-//! [`Backend`] and plugs into `py_store::Store` without touching Python.
+//! Nothing in this layer names a database library: `sqlite/` is the SQLite
+//! backend (the only one today); a PostgreSQL backend goes beside it in
+//! `postgres/`, implements [`Backend`], and is picked by [`open`] from a
+//! `postgresql://` location.
 
+mod backoff;
+pub mod batch;
+pub mod columns;
 mod group_commit;
 mod helper_threads;
-mod indexer;
-mod search_index;
-mod sqlite;
-mod tables;
+mod location;
+mod own_appends;
+pub mod query;
+mod relation;
+pub mod sqlite;
+#[cfg(test)]
+mod test_support;
+mod write;
 
-pub use sqlite::{Options, SqliteBackend};
+pub use group_commit::GroupCommit;
+pub use location::{Location, Target};
+pub use own_appends::OwnAppends;
+pub use query::{Cmp, Derived, Filter, Order, Query, Term};
+pub use relation::Relation;
+pub use write::{Assign, Delete, Insert, NoMatch, OnConflict, Update, WriteOp, WriteOut};
 
-use std::path::Path;
+use std::ffi::OsStr;
 use std::sync::{LockResult, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
-use crate::error::Result;
-use crate::model::{NewMessage, Table, Value};
+use crate::error::{Error, Result};
+use crate::model::Table;
 
 /// A lock result, taken even if another holder panicked: every lock here
 /// guards state that a panic cannot leave half-changed (SQLite rolls an
@@ -30,52 +46,58 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     relock(mutex.lock())
 }
 
-/// One write, executed inside a transaction that may carry other callers'
-/// writes too (group commit). Each write succeeds or fails on its own.
+/// How hard a commit pushes to disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// A commit that returned survives power loss.
+    Full,
+    /// A commit survives a process crash; the last ones may roll back on power loss.
+    Normal,
+}
+
+impl Durability {
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.to_ascii_uppercase().as_str() {
+            "FULL" => Some(Self::Full),
+            "NORMAL" => Some(Self::Normal),
+            _ => None,
+        }
+    }
+}
+
+/// How a store is opened.
 #[derive(Debug, Clone)]
-pub enum WriteOp {
-    /// Insert the session row; if it exists, fill only its NULL columns.
-    CreateSession {
-        id: String,
-        source: String,
-        started_at: f64,
-        columns: Vec<(String, Value)>,
-    },
-    /// Insert messages in order and move the session's counters with them.
-    /// With `once_key`, the write happens at most once per key (recorded in
-    /// `state_meta`); a repeat returns no ids.
-    Append {
-        session_id: String,
-        rows: Vec<NewMessage>,
-        once_key: Option<String>,
-    },
-    UpdateSession {
-        id: String,
-        columns: Vec<(String, Value)>,
-    },
-    SaveRouting {
-        scope: String,
-        session_key: String,
-        entry_json: String,
-    },
-    DeleteRouting {
-        scope: String,
-        session_keys: Vec<String>,
-    },
-    SetMeta {
-        key: String,
-        value: String,
-    },
+pub struct Options {
+    pub durability: Durability,
+    /// How long a write may keep retrying a busy store before it fails.
+    pub busy_budget: Duration,
 }
 
-/// What a write returns.
-#[derive(Debug, Clone, PartialEq)]
-pub enum WriteOut {
-    Done,
-    Ids(Vec<i64>),
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            durability: Durability::Full,
+            busy_budget: Duration::from_secs(10),
+        }
+    }
 }
 
-/// Filters for listing and searching.
+/// Opens the store at `location`: a file path (SQLite), or a server URL.
+pub fn open(location: &OsStr, options: Options) -> Result<Box<dyn Backend>> {
+    match Target::of(location) {
+        Target::File(path) => Ok(Box::new(sqlite::SqliteBackend::open(path, options)?)),
+        Target::Postgres(url) => Err(Error::Config(format!(
+            "{}: PostgreSQL support is not built yet; point the store at a state.db file path",
+            Location::server(url)
+        ))),
+        Target::UnknownScheme(url) => Err(Error::Config(format!(
+            "{}: not a file path, and no backend serves this kind of URL; use a state.db path",
+            Location::server(url)
+        ))),
+    }
+}
+
+/// Filters and page of a search or a session list.
 #[derive(Debug, Clone, Default)]
 pub struct Page {
     pub source: Option<String>,
@@ -84,16 +106,28 @@ pub struct Page {
     pub offset: i64,
 }
 
+/// A store. Beside the typed operations ([`Backend::query`],
+/// [`Backend::write`]) it keeps dedicated methods only for the hot paths
+/// (the flush, the coherence guard's count, the transcript load), for the
+/// session list and for search; everything else is a typed operation (docs/ARCHITECTURE.md, "How
+/// a store method is added").
 pub trait Backend: Send + Sync {
-    /// The file (or address) this backend stores into, for error messages.
-    fn location(&self) -> &Path;
+    /// Where this backend stores, for messages.
+    fn location(&self) -> &Location;
+    /// The columns of each relation in the open store, for the typed operations.
+    fn columns(&self) -> &columns::Columns;
 
     /// Runs one write; group-committed with concurrent writes from other threads.
     fn write(&self, op: WriteOp) -> Result<WriteOut>;
     /// Runs one write only if it can start at once: no other write of this
-    /// backend running or queued, and the file's write lock free. Otherwise
-    /// nothing is written and the error is [`crate::error::Error::WriterBusy`].
+    /// backend running or queued, and the store's write lock free. Otherwise
+    /// nothing is written and the error is [`Error::WriterBusy`].
     fn write_now(&self, op: WriteOp) -> Result<WriteOut>;
+
+    /// The rows of a typed query.
+    fn query(&self, query: &Query) -> Result<Table>;
+    /// How many rows of `relation` match `filter`.
+    fn count(&self, relation: Relation, filter: &Filter) -> Result<i64>;
 
     /// The session's row (an empty table when it does not exist).
     fn session(&self, id: &str) -> Result<Table>;
@@ -107,20 +141,54 @@ pub trait Backend: Send + Sync {
     fn messages(&self, session_id: &str, include_inactive: bool) -> Result<Table>;
     /// The same rows, in the columns of [`crate::model::CONVERSATION_COLUMNS`],
     /// handed to `sink` on the calling thread in tables, in order, while the
-    /// rest is read (see [`tables::read_ahead`]). Reading stops, without
-    /// error, when `sink` returns false.
+    /// rest is read. Reading stops, without error, when `sink` returns false.
     fn conversation(
         &self,
         session_id: &str,
         include_inactive: bool,
         sink: &mut dyn FnMut(Table) -> bool,
     ) -> Result<()>;
+    /// Sessions, newest first (`started_at`, then `id`, descending), of one
+    /// source or all. Dedicated rather than a typed query: without
+    /// statistics, SQLite would search a source's sessions by its index and
+    /// sort them all; this walks the start-time index and stops at the page.
     fn list_sessions(&self, page: &Page) -> Result<Table>;
+    /// Full-text search, with the query syntax of SQLite's FTS5.
     fn search(&self, query: &str, page: &Page) -> Result<Table>;
     fn has_platform_message_id(&self, session_id: &str, platform_message_id: &str) -> Result<bool>;
-    fn routing_entries(&self, scope: &str) -> Result<Vec<(String, String)>>;
-    fn meta(&self, key: &str) -> Result<Option<String>>;
-    /// The column names of the `sessions` table, for validating updates.
-    fn session_columns(&self) -> &[String];
     fn close(&self);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_postgresql_url_is_refused_clearly_without_its_password() {
+        for url in ["postgresql://u:secret@h/db", "mysql://u:secret@h/db"] {
+            let err = open(OsStr::new(url), Options::default()).err().unwrap();
+            let text = err.to_string();
+            assert!(matches!(err, Error::Config(_)), "{err:?}");
+            assert!(text.starts_with("postgresql://u@h/db") || text.starts_with("mysql://u@h/db"));
+            assert!(!text.contains("secret"), "{text}");
+        }
+        let err = open(OsStr::new("postgresql://h/db"), Options::default())
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string()
+                .contains("PostgreSQL support is not built yet"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_path_opens_a_sqlite_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let store = open(path.as_os_str(), Options::default()).unwrap();
+        assert_eq!(store.location(), &Location::File(path.clone()));
+        store.close();
+        assert!(path.exists());
+    }
 }

@@ -11,6 +11,8 @@ from hermes.gateway.plugins import load_dotted
 BUILTIN_ADAPTERS: dict[Platform, str] = {
     Platform.API_SERVER: "hermes.gateway.platforms.api_server:APIServerAdapter",
     Platform.LOCAL: "hermes.gateway.platforms.local:LocalAdapter",
+    Platform.TELEGRAM: "hermes.gateway.platforms.telegram:TelegramAdapter",
+    Platform.WEBHOOK: "hermes.gateway.platforms.webhook:WebhookAdapter",
 }
 
 

@@ -6,228 +6,91 @@ Routes::
     GET  /v1/models             the model ids this server answers to
     GET  /health                liveness, without authentication
 
-Any OpenAI client works against it (``base_url="http://127.0.0.1:8642/v1"``).
+Any OpenAI client works against it (``base_url="http://127.0.0.1:8642/v1"``). The request
+format is ``hermes.gateway.platforms.api_chat``'s, keys and callers ``api_auth``'s, errors
+and the HTTP plumbing ``api_http``'s; a further route file can use all three.
 
-Conversations. The gateway keeps each conversation's transcript in ``state.db`` and every
-request continues one. Which one is chosen by, in order: the ``X-Hermes-Session-Id`` header,
-the request's ``user`` field, or else a hash of the request's first user message (so a client
-that resends the whole history, as chat front-ends do, stays in one conversation). The chosen
-id comes back in the ``X-Hermes-Session-Id`` response header.
+**Stateless by default, as OpenAI's API.** A request's messages are what the model sees: its
+system and developer messages are added to the gateway's own system prompt
+(``agent.system_prompt``), after it; the user, assistant and tool messages before the last
+are the history; the last user message is the new input. Nothing of the stored transcript is
+added. The turn is stored all the same, in the session its conversation's fingerprint names
+(caller, system prompt, first user message, under a secret kept in ``state.db``; see
+``hermes.gateway.client_turn``), so a chat front-end resending its whole conversation each
+time (Open WebUI, LibreChat, ...) maps to one stored session, while different callers or
+system prompts never share one. Only the new user message and the agent's new messages are
+written per turn, so the stored transcript holds each message once, in order; an earlier
+message edited by the client changes what the model sees, never the stored rows. A
+session's first turn also stores the history it arrives with, once.
 
-Only the request's **last** message is taken as the new input; it must be a user message
-(text, or content parts of which the text parts are used). ``model`` may be left out; given,
-it must be one ``/v1/models`` lists (the reply comes from the gateway's configured model).
-Earlier messages in the request are *not* appended again: the stored transcript is the
-history the agent sees, so a client resending history neither duplicates it nor rewrites it.
-System messages in the request are ignored for the same reason (the agent's system prompt is
-the gateway's configuration).
+**Continuity from state.db, opt-in.** With ``X-Hermes-Session-Id: <id>`` the history comes
+from the stored session and the request need carry only its new user message (its system
+messages still apply; its other earlier messages are not used). The id is one a response
+carried: every answer has ``X-Hermes-Session-Id`` naming the session its turn is stored in.
+Only a server with a key configured offers this, to the caller (key and ``user``) whose
+conversation it is; another caller's id, or an unknown one, is the same 404.
 
-Security. With ``api_server.key`` set, every route but ``/health`` needs
-``Authorization: Bearer <key>`` (compared in constant time). Without a key the server only
-starts on a loopback address: anyone who can reach a non-loopback port could otherwise drive
-the agent and its tools.
+**Honest answers.** ``usage`` is the model's token counts summed over the turn's model calls
+(in a stream, a last chunk with ``choices: []`` when ``stream_options.include_usage`` is
+true) and ``finish_reason`` the model's own (``"length"`` also when the turn stopped at
+``agent.max_iterations``). A failed model call is an error, never an answer: 502 (the model
+endpoint refused the key, the model, the request, or failed), 503 (unreachable, still rate
+limiting) or 504 (timed out), with the cause and ``x-should-retry: false`` (the gateway has
+already retried); a turn cut off by a shutdown or a newer message is a 503. Once a stream has
+started, such an error is an event in it, as OpenAI sends one. A client's text is never taken
+as a gateway command (``/new``, ``/stop``).
 
-Errors always come back as JSON in OpenAI's shape,
-``{"error": {"message", "type", "param", "code"}}``, with a 4xx status for the client's
-mistakes (bad JSON, missing or mistyped fields, a body over ``api_server.max_body_bytes``
-(1 MiB by default), an unknown model, a missing or wrong key), so OpenAI clients raise their
-usual exception and the gateway keeps serving.
+**Input.** Every string of the body and every header the server reads is made valid text
+before anything else sees it (``hermes.text``): a lone surrogate becomes U+FFFD, for the store
+and the model alike.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
-import ipaddress
-import json
 import logging
-import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
 
 from hermes.agent.conversation import reply_stream
-from hermes.config import ApiServerConfig, load_config
-from hermes.errors import ConfigError
+from hermes.config import load_config
+from hermes.gateway.client_turn import ClientTurn, TurnReport
 from hermes.gateway.config import Platform, PlatformConfig
+from hermes.gateway.platforms.api_auth import (
+    SESSION_HEADER,
+    Caller,
+    authenticate,
+    check_bind_allowed,
+    requested_session_id,
+)
+from hermes.gateway.platforms.api_chat import (
+    ChatRequest,
+    ChunkWriter,
+    completion,
+    parse_chat_request,
+)
+from hermes.gateway.platforms.api_http import (
+    FAILED,
+    JsonErrorsRunner,
+    RequestError,
+    header,
+    json_errors,
+    read_json,
+)
 from hermes.gateway.platforms.base import BasePlatformAdapter, MessageEvent, SendResult
 from hermes.gateway.session import SessionSource
+from hermes.gateway.turn import STOPPING_NOTICE
 
 logger = logging.getLogger(__name__)
 
-SESSION_HEADER = "X-Hermes-Session-Id"
-_SESSION_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
-_ROLES = {"system", "developer", "user", "assistant", "tool"}
 # An SSE comment every so often keeps proxies from closing a stream while a tool runs.
 _KEEPALIVE_SECONDS = 15.0
-# What a client learns of an internal failure; the details go to the gateway's log only.
-_FAILED = "the gateway failed to answer; the error is in its log"
-
-
-class RequestError(Exception):
-    """A client mistake, answered with ``status`` and OpenAI's error body."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        param: str | None = None,
-        code: str | None = None,
-        kind: str = "invalid_request_error",
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
-        self.code = code
-        self.kind = kind
-
-    def response(self) -> web.Response:
-        return error_response(self.status, self.message, param=self.param, code=self.code,
-                              kind=self.kind)
-
-
-def error_response(
-    status: int,
-    message: str,
-    *,
-    param: str | None = None,
-    code: str | None = None,
-    kind: str = "invalid_request_error",
-) -> web.Response:
-    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
-    return web.json_response(body, status=status)
-
-
-def is_loopback(host: str) -> bool:
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:  # a host name other than localhost may resolve anywhere
-        return False
-
-
-def check_bind_allowed(settings: ApiServerConfig) -> None:
-    """Refuse a keyless server on a non-loopback address (raises ``ConfigError``)."""
-    if not settings.key and not is_loopback(settings.host):
-        raise ConfigError(
-            f"refusing to serve the api_server on {settings.host}:{settings.port} without a "
-            "key: anyone reaching that address could drive the agent and its tools. Set "
-            "api_server.key in $HERMES_HOME/config.yaml (or API_SERVER_KEY), or bind to "
-            "127.0.0.1"
-        )
-
-
-@dataclass(frozen=True)
-class ChatRequest:
-    """A validated ``/v1/chat/completions`` body."""
-
-    text: str
-    conversation_id: str
-    user: str | None
-    model: str
-    stream: bool
-
-
-def parse_chat_request(
-    body: object, headers: Mapping[str, str], known_models: list[str]
-) -> ChatRequest:
-    """Validate a request body; every problem raises ``RequestError`` naming the field."""
-    if not isinstance(body, dict):
-        raise RequestError(400, "the request body must be a JSON object")
-    model = body.get("model", known_models[0])
-    if not isinstance(model, str):
-        raise RequestError(400, "'model' must be a string", param="model")
-    if model not in known_models:
-        raise RequestError(
-            404,
-            f"the model {model!r} does not exist here; use one of: {', '.join(known_models)}",
-            param="model",
-            code="model_not_found",
-        )
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise RequestError(400, "'stream' must be true or false", param="stream")
-    user = body.get("user")
-    if user is not None and not isinstance(user, str):
-        raise RequestError(400, "'user' must be a string", param="user")
-    if user is not None:
-        # It becomes part of the conversation's routing key, which must be valid UTF-8;
-        # lone surrogates (a broken client's escapes) are replaced.
-        user = user.encode("utf-8", "replace").decode("utf-8")
-
-    messages = body.get("messages")
-    if messages is None:
-        raise RequestError(400, "'messages' is required: a list of chat messages",
-                           param="messages", code="missing_required_parameter")
-    if not isinstance(messages, list) or not messages:
-        raise RequestError(400, "'messages' must be a non-empty list of chat messages",
-                           param="messages")
-    texts = [_message_text(message, index) for index, message in enumerate(messages)]
-    last = messages[-1]
-    if last["role"] != "user" or not texts[-1].strip():
-        raise RequestError(
-            400,
-            "the last message must be a user message with text: it is the new input (the "
-            "conversation's history comes from the gateway's store, not from the request)",
-            param=f"messages[{len(messages) - 1}]",
-        )
-
-    conversation_id = headers.get(SESSION_HEADER, "").strip()
-    if conversation_id and not _SESSION_ID.fullmatch(conversation_id):
-        raise RequestError(
-            400,
-            f"the {SESSION_HEADER} header must be 1-128 letters, digits or ._:@- "
-            f"(got {conversation_id[:40]!r})",
-            param=SESSION_HEADER,
-        )
-    if not conversation_id and user:
-        # 'user' is free text in OpenAI's API; hash what cannot be used as an id as it is.
-        conversation_id = user if _SESSION_ID.fullmatch(user) else f"user-{_digest(user)}"
-    if not conversation_id:
-        first_user = next(t for m, t in zip(messages, texts) if m["role"] == "user")
-        conversation_id = f"api-{_digest(first_user)}"
-    return ChatRequest(text=texts[-1], conversation_id=conversation_id, user=user,
-                       model=model, stream=stream)
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-def _message_text(message: object, index: int) -> str:
-    where = f"messages[{index}]"
-    if not isinstance(message, dict):
-        raise RequestError(400, f"{where} must be an object with 'role' and 'content'",
-                           param=where)
-    role = message.get("role")
-    if not isinstance(role, str) or role not in _ROLES:
-        raise RequestError(400, f"{where}.role must be one of {', '.join(sorted(_ROLES))}",
-                           param=f"{where}.role")
-    content = message.get("content")
-    if content is None or isinstance(content, str):
-        return content or ""
-    if isinstance(content, list):
-        pieces: list[str] = []
-        for part in content:
-            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-                raise RequestError(400, f"{where}.content parts must be objects with a 'type'",
-                                   param=f"{where}.content")
-            if part["type"] == "text":
-                if not isinstance(part.get("text"), str):
-                    raise RequestError(400, f"{where}.content text parts need a string 'text'",
-                                       param=f"{where}.content")
-                pieces.append(part["text"])
-        return "\n".join(pieces)
-    raise RequestError(400, f"{where}.content must be a string, a list of parts or null",
-                       param=f"{where}.content")
+# The answer to each way a model call fails (``ModelFailure`` values); others are 502s.
+_FAILURE_STATUS = {"model_rate_limited": 503, "model_unreachable": 503, "model_timeout": 504}
 
 
 class APIServerAdapter(BasePlatformAdapter):
@@ -244,6 +107,7 @@ class APIServerAdapter(BasePlatformAdapter):
         self.models = list(dict.fromkeys(
             [self.settings.model_name] + ([settings.model.name] if settings.model.name else [])
         ))
+        self.caller = Caller.of_key(self.settings.key)
         self._runner: web.AppRunner | None = None
         self.port: int | None = None  # the bound port (differs from settings when 0)
 
@@ -251,12 +115,13 @@ class APIServerAdapter(BasePlatformAdapter):
         check_bind_allowed(self.settings)
         app = web.Application(
             client_max_size=self.settings.max_body_bytes,
-            middlewares=[self._errors_as_json, self._authenticate],
+            middlewares=[json_errors(self.settings.max_body_bytes),
+                         authenticate(self.settings.key)],
         )
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._list_models)
         app.router.add_post("/v1/chat/completions", self._chat_completions)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = JsonErrorsRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
         try:
@@ -289,52 +154,6 @@ class APIServerAdapter(BasePlatformAdapter):
         # there is no channel to push anything else (such as a shutdown notice) to a client.
         return SendResult(success=False, error="the api_server cannot push messages")
 
-    # -- middlewares -----------------------------------------------------------------------
-
-    @web.middleware
-    async def _errors_as_json(
-        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except RequestError as exc:
-            return exc.response()
-        except web.HTTPRequestEntityTooLarge:
-            return error_response(
-                413,
-                f"the request body is larger than {self.settings.max_body_bytes} bytes "
-                "(api_server.max_body_bytes)",
-                code="request_too_large",
-            )
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise
-            return error_response(exc.status, f"{request.method} {request.path}: {exc.reason}",
-                                  code=exc.reason.lower().replace(" ", "_"))
-        except Exception:  # a bug or a failed turn: still an OpenAI-shaped answer
-            logger.exception("api_server failed on %s %s", request.method, request.path)
-            return error_response(500, _FAILED, kind="server_error")
-
-    @web.middleware
-    async def _authenticate(
-        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        key = self.settings.key
-        if key and request.path != "/health":
-            scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-            # Bytes on both sides: compare_digest refuses non-ASCII str, and the header is
-            # whatever the client sent.
-            if scheme.lower() != "bearer" or not hmac.compare_digest(
-                token.strip().encode("utf-8", "surrogateescape"), key.encode("utf-8")
-            ):
-                raise RequestError(
-                    401,
-                    "missing or invalid API key: send 'Authorization: Bearer <api_server.key>'",
-                    code="invalid_api_key",
-                    kind="authentication_error",
-                )
-        return await handler(request)
-
     # -- routes ----------------------------------------------------------------------------
 
     async def _health(self, request: web.Request) -> web.Response:
@@ -349,66 +168,29 @@ class APIServerAdapter(BasePlatformAdapter):
         })
 
     async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
-        declared = request.content_length
-        if declared is not None and declared > self.settings.max_body_bytes:
-            raise web.HTTPRequestEntityTooLarge(
-                max_size=self.settings.max_body_bytes, actual_size=declared
-            )
-        raw = await request.read()
-        try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise RequestError(400, f"the request body is not valid JSON: {exc}") from None
-        except RecursionError:
-            raise RequestError(400, "the request body nests JSON too deeply") from None
-        chat = parse_chat_request(body, request.headers, self.models)
+        chat = parse_chat_request(await read_json(request, self.settings.max_body_bytes),
+                                  self.models)
+        session_id = requested_session_id(request, self.caller)
+        client = ClientTurn(caller=self.caller.identity,
+                            history=None if session_id else chat.history,
+                            system_prompt=chat.system_prompt, session_id=session_id)
         event = MessageEvent(
             text=chat.text,
-            source=SessionSource(
-                platform=self.platform,
-                chat_id=chat.conversation_id,
-                chat_type="dm",
-                user_id=chat.user or chat.conversation_id,
-            ),
-            message_id=request.headers.get("X-Request-Id"),
+            # The chat and thread are the caller's and the conversation's: the gateway fills
+            # them in (hermes.gateway.client_turn.route).
+            source=SessionSource(platform=self.platform, chat_id="", user_id=chat.user),
+            message_id=header(request, "X-Request-Id") or None,
+            client=client,
         )
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-        headers = {SESSION_HEADER: chat.conversation_id}
         if chat.stream:
-            return await self._stream_reply(request, event, chat, completion_id, headers)
-        reply = await self._reply(event)
-        return web.json_response(
-            {
-                "id": completion_id,
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": chat.model,
-                "choices": [{
-                    "index": 0,
-                    "message": {"role": "assistant", "content": reply},
-                    "finish_reason": "stop",
-                }],
-            },
-            headers=headers,
-        )
+            return await self._stream_reply(request, event, client, chat, completion_id)
+        report = _answered(client, await self.dispatch(event))
+        return web.json_response(completion(completion_id, chat.model, report),
+                                 headers={SESSION_HEADER: report.session_id})
 
-    async def _reply(self, event: MessageEvent) -> str:
-        reply = await self.dispatch(event)
-        if reply is None:
-            # The runner answers None when it will not run a turn for this event (an
-            # unauthorised user); a request/response client still needs an answer.
-            raise RequestError(403, "the gateway did not accept this message (is the user "
-                               "allowed on the api_server platform?)", kind="permission_error")
-        return reply
-
-    async def _stream_reply(
-        self,
-        request: web.Request,
-        event: MessageEvent,
-        chat: ChatRequest,
-        completion_id: str,
-        headers: dict[str, str],
-    ) -> web.StreamResponse:
+    async def _stream_reply(self, request: web.Request, event: MessageEvent, client: ClientTurn,
+                            chat: ChatRequest, completion_id: str) -> web.StreamResponse:
         loop = asyncio.get_running_loop()
         pieces: asyncio.Queue[str] = asyncio.Queue()
         closed = False
@@ -423,90 +205,86 @@ class APIServerAdapter(BasePlatformAdapter):
         # gateway's executor) finds the sink and streams its text into ``pieces``.
         token = reply_stream.set(on_delta)
         try:
-            turn = asyncio.ensure_future(self._reply(event))
+            turn = asyncio.ensure_future(self.dispatch(event))
         finally:
             reply_stream.reset(token)
 
-        response = web.StreamResponse(headers={
-            **headers,
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-        })
-        chunks = _ChunkWriter(response, completion_id, chat.model)
+        chunks = ChunkWriter(request, completion_id, chat.model,
+                             lambda: _session_headers(client.session_id))
         streamed: list[str] = []
         try:
-            await response.prepare(request)
-            await chunks.delta({"role": "assistant", "content": ""})
             while not turn.done() or not pieces.empty():
                 getter = asyncio.ensure_future(pieces.get())
                 done, _ = await asyncio.wait({getter, turn}, timeout=_KEEPALIVE_SECONDS,
                                              return_when=asyncio.FIRST_COMPLETED)
                 if getter in done:
                     streamed.append(getter.result())
-                    await chunks.delta({"content": streamed[-1]})
+                    await chunks.text(streamed[-1])
                 else:
                     getter.cancel()
                     if not done:
-                        await response.write(b": keepalive\n\n")
+                        await chunks.keepalive()
         except ConnectionResetError:
             # The client left. The turn goes on (the gateway stores it); only its answer
             # has nowhere to go.
-            logger.info("api_server client of %s disconnected mid-stream", chat.conversation_id)
+            logger.info("api_server client of %s disconnected mid-stream", client.session_id)
             turn.add_done_callback(_log_failure)
-            return response
+            assert chunks.response is not None  # only a started response can be reset
+            return chunks.response
         finally:
             closed = True
         try:
-            reply = turn.result()
-        except RequestError as exc:
-            await chunks.error(exc.message, exc.kind, exc.code)
-            return response
-        except Exception:  # headers are out: report in the stream, as OpenAI does
-            logger.exception("turn failed for api_server conversation %s", chat.conversation_id)
-            await chunks.error(_FAILED, "server_error", None)
-            return response
-        # The runner's reply is the final answer; add it only if it was not streamed (the
-        # backend cannot stream, or the turn ended in an error message).
-        if reply.strip() and reply.strip() not in "".join(streamed):
-            await chunks.delta({"content": ("\n\n" if streamed else "") + reply})
-        await chunks.finish()
-        return response
+            report = _answered(client, turn.result())
+        except Exception as exc:
+            if not chunks.started:
+                raise  # nothing sent yet: an answer with its own status
+            if isinstance(exc, RequestError):
+                return await chunks.error(exc)
+            logger.exception("turn failed for api_server session %s", client.session_id)
+            return await chunks.error(RequestError(500, FAILED, kind="server_error"))
+        # The reply is the final answer; add it when it was not streamed (the backend
+        # cannot stream, or the agent's own words, such as a max_iterations note).
+        if report.reply and report.reply.strip() not in "".join(streamed):
+            await chunks.text(("\n\n" if streamed else "") + report.reply)
+        return await chunks.finish(report, chat.include_usage)
 
 
-def _log_failure(turn: asyncio.Future[str]) -> None:
+def _session_headers(session_id: str | None) -> dict[str, str]:
+    return {SESSION_HEADER: session_id} if session_id else {}
+
+
+def _answered(client: ClientTurn, reply: str | None) -> TurnReport:
+    """The report of a turn that answered, or the ``RequestError`` for one that did not."""
+    if client.unknown_session:
+        raise RequestError(
+            404, f"no stored conversation {client.session_id!r} for this caller: continue "
+            f"only a conversation that this key and 'user' started, with the id its answers "
+            f"carried in {SESSION_HEADER}", param=SESSION_HEADER, code="session_not_found",
+            kind="not_found_error")
+    report = client.report
+    if report is None:  # the gateway answered without running a turn
+        if reply is None:
+            # An unauthorised user: a request/response client still needs an answer.
+            raise RequestError(403, "the gateway did not accept this message (is the user "
+                               "allowed on the api_server platform?)", kind="permission_error")
+        if reply == STOPPING_NOTICE:
+            raise RequestError(503, "the gateway is shutting down and did not run this turn; "
+                               "send it again once it is back", code="gateway_stopping",
+                               kind="server_error")
+        raise RequestError(500, FAILED, kind="server_error")
+    headers = _session_headers(report.session_id)
+    if report.failure is not None:
+        raise RequestError(_FAILURE_STATUS.get(report.failure, 502),
+                           f"the model call failed: {report.error}", code=report.failure,
+                           kind="server_error", headers={**headers, "x-should-retry": "false"})
+    if report.interrupted:
+        raise RequestError(503, "the turn was cut off before it finished (the gateway is "
+                           "stopping, or a newer message of this conversation interrupted "
+                           "it); send it again", code="turn_interrupted", kind="server_error",
+                           headers=headers)
+    return report
+
+
+def _log_failure(turn: asyncio.Future[str | None]) -> None:
     if not turn.cancelled() and turn.exception() is not None:
         logger.error("a turn whose client had left failed", exc_info=turn.exception())
-
-
-class _ChunkWriter:
-    """Writes ``chat.completion.chunk`` events in OpenAI's SSE framing."""
-
-    def __init__(self, response: web.StreamResponse, completion_id: str, model: str) -> None:
-        self._response = response
-        self._id = completion_id
-        self._model = model
-        self._created = int(time.time())
-
-    async def _event(self, payload: object) -> None:
-        data = payload if isinstance(payload, str) else json.dumps(payload)
-        await self._response.write(f"data: {data}\n\n".encode())
-
-    async def delta(self, delta: dict[str, Any], finish_reason: str | None = None) -> None:
-        await self._event({
-            "id": self._id,
-            "object": "chat.completion.chunk",
-            "created": self._created,
-            "model": self._model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
-        })
-
-    async def finish(self) -> None:
-        await self.delta({}, finish_reason="stop")
-        await self._event("[DONE]")
-        await self._response.write_eof()
-
-    async def error(self, message: str, kind: str, code: str | None) -> None:
-        await self._event({"error": {"message": message, "type": kind, "param": None,
-                                     "code": code}})
-        await self._event("[DONE]")
-        await self._response.write_eof()

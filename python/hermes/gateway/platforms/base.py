@@ -52,6 +52,12 @@ class BasePlatformAdapter(ABC):
     async def connect(self) -> bool:
         """Start receiving messages; ``False`` when the platform cannot be reached."""
 
+    async def stop_receiving(self) -> None:
+        """The gateway is stopping: take no new messages from now on (the runner calls it
+        first thing in ``stop()``, before the drain); sending must keep working. A platform
+        that redelivers what was never confirmed (Telegram) leaves new messages with it for
+        the next start. Default: nothing (such a message is told the gateway is stopping)."""
+
     @abstractmethod
     async def disconnect(self) -> None:
         """Stop receiving and release connections; must be safe to call twice."""

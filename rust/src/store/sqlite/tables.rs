@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use rusqlite::{ffi, Connection, Rows, Statement};
 
-use super::helper_threads;
 use crate::model::{Table, ValueRef};
+use crate::store::helper_threads;
 
 /// Rows read on the calling thread before a sleeping helper takes over the
 /// rest: a result this short is read and handed over with no thread woken.
@@ -257,13 +257,10 @@ mod tests {
             tables += 1;
             for row in table.rows() {
                 let (n, s) = (row.get(0), row.get(1));
-                let rusqlite::types::ValueRef::Integer(n) = n else {
+                let ValueRef::Integer(n) = n else {
                     panic!("{n:?}")
                 };
-                assert_eq!(
-                    s,
-                    rusqlite::types::ValueRef::Text(format!("row {n}").as_bytes())
-                );
+                assert_eq!(s, ValueRef::Text(format!("row {n}").as_bytes()));
                 seen.push(n);
             }
             tables < stop_after

@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::{lock, relock};
+use crate::store::{lock, relock};
 
 /// What one step left behind.
 pub enum Step {

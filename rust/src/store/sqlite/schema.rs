@@ -1,4 +1,5 @@
-//! The `state.db` schema and connection settings.
+//! The `state.db` schema: whatever is missing is created (an older file gets
+//! the columns our statements need); existing tables and rows are left alone.
 //!
 //! Column names and types match hermes-agent 0.19.0 (schema_version 22) so
 //! either program can open a file the other wrote. The DDL is ours.
@@ -10,15 +11,9 @@
 //!   reads through them, and each costs every flush one to five more pages
 //!   to write and fsync. Where they exist, SQLite maintains them as usual.
 
-use rusqlite::config::DbConfig;
 use rusqlite::Connection;
 
-/// The schema version we write, equal to hermes-agent 0.19.0's.
-pub const SCHEMA_VERSION: i64 = 22;
-
-/// Prefix marking `messages.content` values that hold JSON (a list of parts),
-/// shared with hermes-agent so each decodes the other's multimodal content.
-pub const CONTENT_JSON_PREFIX: &str = "\u{0}json:";
+use crate::model::SCHEMA_VERSION;
 
 const TABLES: &str = r#"
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -185,7 +180,7 @@ CREATE INDEX IF NOT EXISTS idx_messages_session_order ON messages(session_id, ac
 /// The word index over content, tool name and tool calls, kept in sync by
 /// triggers for every writer. Our own writer connection runs with triggers
 /// disabled and indexes its rows itself with the insert trigger's text,
-/// set-based, right after the commit (`store/search_index.rs`); it never
+/// set-based, right after the commit (`search_index.rs`); it never
 /// updates or deletes message rows.
 ///
 /// Ours: `hermes_fts_pending` holds the id ranges of message rows committed
@@ -215,58 +210,10 @@ CREATE TABLE IF NOT EXISTS hermes_fts_pending (
 );
 "#;
 
-/// How hard a commit pushes to disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Synchronous {
-    /// A commit that returned survives power loss.
-    Full,
-    /// A commit survives a process crash; the last ones may roll back on power loss.
-    Normal,
-}
-
-impl Synchronous {
-    pub fn parse(text: &str) -> Option<Self> {
-        match text.to_ascii_uppercase().as_str() {
-            "FULL" => Some(Self::Full),
-            "NORMAL" => Some(Self::Normal),
-            _ => None,
-        }
-    }
-
-    pub fn pragma(self) -> &'static str {
-        match self {
-            Self::Full => "FULL",
-            Self::Normal => "NORMAL",
-        }
-    }
-}
-
-/// SQLite's own wait for a lock, per attempt. Short on purpose: the store
-/// retries whole transactions with jitter instead of queueing inside
-/// SQLite's fixed back-off (which convoys under contention).
-pub const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// Settings every connection gets.
-pub fn configure(conn: &Connection, sync: Synchronous) -> rusqlite::Result<()> {
-    conn.busy_timeout(BUSY_TIMEOUT)?;
-    conn.pragma_update(None, "journal_mode", "WAL")?;
-    conn.pragma_update(None, "synchronous", sync.pragma())?;
-    conn.pragma_update(None, "foreign_keys", "ON")?;
-    // Keep the WAL bounded: passive auto-checkpoints every ~4 MiB and the
-    // file truncated back to 64 MiB after a checkpoint.
-    conn.pragma_update(None, "wal_autocheckpoint", 1000)?;
-    conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
-    // Reads of long transcripts: map the file instead of copying pages in
-    // with read(2), and keep a working set of 16 MiB per connection.
-    conn.pragma_update(None, "mmap_size", 256 * 1024 * 1024)?;
-    conn.pragma_update(None, "cache_size", -16 * 1024)?;
-    conn.set_prepared_statement_cache_capacity(64);
-    // Plans that never depend on bound values: otherwise a `col = ?` term
-    // marks its parameter, and the statement cache's clear_bindings then
-    // expires the cached statement, re-preparing it on every use (most of
-    // a short read's time).
-    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
-    Ok(())
+/// Our whole DDL as one script, exposed as `hermes.state.SCHEMA_SQL` (hermes-agent exports
+/// its own DDL under that name). Run on an empty database it creates what [`ensure`] does.
+pub fn schema_sql() -> String {
+    [TABLES, INDEXES, FTS].concat()
 }
 
 /// Creates whatever is missing; leaves existing tables and data alone.
@@ -320,6 +267,8 @@ fn add_missing_columns(conn: &Connection) -> rusqlite::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::sqlite::connection::configure;
+    use crate::store::Durability;
 
     #[test]
     fn ensure_is_idempotent_and_versioned() {
@@ -337,9 +286,26 @@ mod tests {
     }
 
     #[test]
+    fn schema_sql_creates_what_ensure_creates() {
+        let objects = |conn: &Connection| -> Vec<(String, String)> {
+            conn.prepare("SELECT name, sql FROM sqlite_schema WHERE sql IS NOT NULL ORDER BY name")
+                .unwrap()
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap()
+        };
+        let ensured = Connection::open_in_memory().unwrap();
+        ensure(&ensured).unwrap();
+        let scripted = Connection::open_in_memory().unwrap();
+        scripted.execute_batch(&schema_sql()).unwrap();
+        assert_eq!(objects(&scripted), objects(&ensured));
+    }
+
+    #[test]
     fn cached_statements_are_not_re_prepared_on_reuse() {
         let conn = Connection::open_in_memory().unwrap();
-        configure(&conn, Synchronous::Normal).unwrap();
+        configure(&conn, Durability::Normal).unwrap();
         ensure(&conn).unwrap();
         let sql = "SELECT role FROM messages WHERE session_id = ?1 AND active = 1 ORDER BY id";
         for id in ["a", "b", "c"] {

@@ -36,6 +36,9 @@ const KNOWN_TRIGGERS: [&str; 6] = [
     "messages_fts_trigram_update",
 ];
 
+/// The `messages` columns whose text the indexes hold.
+pub const INDEXED_COLUMNS: [&str; 3] = ["content", "tool_name", "tool_calls"];
+
 /// The text the insert triggers index for a `messages` row.
 const INDEXED_TEXT: &str =
     "COALESCE(content, '') || ' ' || COALESCE(tool_name, '') || ' ' || COALESCE(tool_calls, '')";
@@ -148,6 +151,29 @@ impl IndexPlan {
         Ok(false)
     }
 
+    /// Brings the index rows of the messages `ids` (a JSON array), just
+    /// updated or deleted in the open transaction, in line with them, as
+    /// the update and delete triggers would: the old text out, the text of
+    /// the rows that still exist in. With triggers on, they did it already.
+    pub fn reindex_rows(&self, conn: &Connection, ids: &str) -> rusqlite::Result<()> {
+        if !self.self_fill {
+            return Ok(());
+        }
+        for table in &self.tables {
+            conn.prepare_cached(&format!(
+                "DELETE FROM {table} WHERE rowid IN (SELECT value FROM json_each(?1))"
+            ))?
+            .execute([ids])?;
+            conn.prepare_cached(&format!(
+                "INSERT INTO {table}(rowid, content)
+                 SELECT id, {INDEXED_TEXT} FROM messages
+                 WHERE id IN (SELECT value FROM json_each(?1))"
+            ))?
+            .execute([ids])?;
+        }
+        Ok(())
+    }
+
     /// Moves up to `chunk_rows` pending rows with ids up to `up_to` into
     /// every index, inside the caller's write transaction (after `refresh`).
     /// Returns whether pending rows up to `up_to` remain.
@@ -207,5 +233,129 @@ impl IndexPlan {
         .execute([high])?;
         conn.prepare_cached("SELECT 1 FROM hermes_fts_pending WHERE first_id <= ?1")?
             .exists([up_to])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::*;
+    use super::*;
+    use crate::model::NewMessage;
+    use crate::store::{Backend, WriteOp};
+
+    #[test]
+    fn own_rows_are_indexed_exactly_as_the_trigger_would() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        create(&db, "s");
+        let mut row = NewMessage::text("assistant", "grep the tree", 1.0);
+        row.tool_name = Some("terminal".into());
+        row.tool_calls = Some("[{\"name\":\"terminal\"}]".into());
+        db.write(WriteOp::Append {
+            session_id: "s".into(),
+            rows: vec![row],
+            once_key: None,
+        })
+        .unwrap();
+        index_now(&db);
+        // Another writer (triggers on) inserts the same row.
+        let other = Connection::open(dir.path().join("state.db")).unwrap();
+        other
+            .execute_batch(
+                "INSERT INTO messages (session_id, role, content, tool_name, tool_calls, timestamp)
+                 VALUES ('s', 'assistant', 'grep the tree', 'terminal', '[{\"name\":\"terminal\"}]', 1.0)",
+            )
+            .unwrap();
+        let texts: Vec<String> = other
+            .prepare("SELECT content FROM messages_fts ORDER BY rowid")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(texts.len(), 2);
+        assert_eq!(texts[0], texts[1]);
+    }
+
+    #[test]
+    fn triggers_added_by_others_keep_working_for_our_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        create(&db, "s");
+        append(&db, "s", 1).unwrap();
+        index_now(&db);
+        let other = Connection::open(dir.path().join("state.db")).unwrap();
+        other
+            .execute_batch(
+                "CREATE VIRTUAL TABLE messages_fts_trigram USING fts5(content, tokenize='trigram');
+                 CREATE TRIGGER messages_fts_trigram_insert AFTER INSERT ON messages BEGIN
+                   INSERT INTO messages_fts_trigram(rowid, content) VALUES (new.id, new.content);
+                 END;
+                 CREATE TABLE audit (n INTEGER);
+                 CREATE TRIGGER audit_sessions AFTER UPDATE ON sessions BEGIN
+                   INSERT INTO audit VALUES (1);
+                 END;",
+            )
+            .unwrap();
+        append(&db, "s", 2).unwrap();
+        let count = |sql: &str| -> i64 { other.query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(count("SELECT COUNT(*) FROM messages_fts_trigram"), 2);
+        assert_eq!(count("SELECT COUNT(*) FROM messages_fts"), 3);
+        assert_eq!(count("SELECT COUNT(*) FROM audit"), 1);
+        other.execute_batch("DROP TRIGGER audit_sessions").unwrap();
+        append(&db, "s", 1).unwrap();
+        index_now(&db);
+        assert_eq!(count("SELECT COUNT(*) FROM messages_fts_trigram"), 3);
+        assert_eq!(count("SELECT COUNT(*) FROM messages_fts"), 4);
+    }
+
+    #[test]
+    fn rows_an_other_writer_indexed_meanwhile_are_not_indexed_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        db.indexer.stop();
+        create(&db, "s");
+        append(&db, "s", 3).unwrap();
+        // Triggers on: an update re-indexes row 2, and a new row 4 is
+        // indexed, between our pending range 1..=3 and the next, 5..=6.
+        let other = Connection::open(dir.path().join("state.db")).unwrap();
+        other
+            .execute_batch(
+                "UPDATE messages SET content = 'edited' WHERE id = 2;
+                 INSERT INTO messages (session_id, role, content, timestamp)
+                 VALUES ('s', 'user', 'theirs', 1);",
+            )
+            .unwrap();
+        append(&db, "s", 2).unwrap();
+        index_now(&db);
+        assert_eq!(pending_rows(&db), 0);
+        assert_eq!(count(&other, "SELECT COUNT(*) FROM messages_fts"), 6);
+        assert_eq!(search_ids(&db, "edited"), vec![2]);
+        assert_eq!(
+            search_ids(&db, "m1").len(),
+            1,
+            "the old text of row 2 is gone"
+        );
+    }
+
+    #[test]
+    fn past_the_pending_limit_a_write_indexes_its_own_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        db.indexer.stop();
+        create(&db, "s");
+        let limit = MAX_PENDING_ROWS;
+        append(&db, "s", limit as usize - 100).unwrap();
+        append(&db, "s", 100).unwrap(); // just fits, in the same range
+        append(&db, "s", 200).unwrap();
+        assert_eq!(pending_rows(&db), limit);
+        assert_eq!(rows_of(&db, "SELECT COUNT(*) FROM hermes_fts_pending"), 1);
+        assert_eq!(indexed_rows(&db), 200);
+        assert_eq!(
+            rows_of(&db, "SELECT MIN(rowid) FROM messages_fts"),
+            limit + 1
+        );
+        index_now(&db);
+        assert_eq!(indexed_rows(&db), limit + 200);
     }
 }

@@ -1,0 +1,37 @@
+//! Shared setup for the neutral layer's tests: a store's columns without a
+//! store, and a one-message append.
+
+use std::path::PathBuf;
+
+use super::columns::Columns;
+use super::{Location, Relation, WriteOp};
+use crate::model::NewMessage;
+
+pub fn at() -> Location {
+    Location::File(PathBuf::from("/data/state.db"))
+}
+
+/// The columns of a small store at [`at`].
+pub fn columns() -> Columns {
+    Columns::read(&at(), |relation| -> Result<_, ()> {
+        Ok(match relation {
+            Relation::Sessions => vec!["id", "source", "title", "message_count"],
+            Relation::Messages => vec!["id", "session_id", "content", "active"],
+            Relation::GatewayRouting => vec!["scope", "session_key", "entry_json"],
+            Relation::StateMeta => vec!["key", "value"],
+        }
+        .into_iter()
+        .map(String::from)
+        .collect())
+    })
+    .unwrap()
+}
+
+/// One user message appended to `session_id`.
+pub fn append(session_id: &str) -> WriteOp {
+    WriteOp::Append {
+        session_id: session_id.into(),
+        rows: vec![NewMessage::text("user", "x", 1.0)],
+        once_key: None,
+    }
+}

@@ -1,0 +1,804 @@
+//! The `Backend` contract, checked on every backend through the trait alone:
+//! every typed operation, the dedicated hot paths, search, routing and meta,
+//! the errors (missing session, bad column, closed store), counts that stay
+//! the number of active rows, transcript order by id.
+//!
+//! A backend joins by one line in [`backends`]: a name and a function that
+//! makes a fresh, empty store and returns how to open it (again, for a
+//! second handle on the same data). A factory that cannot run here (no
+//! server configured) returns None, and its backend is skipped, said on
+//! stderr.
+
+use std::ffi::OsString;
+
+use _core::error::Error;
+use _core::model::{NewMessage, Table, Value, ValueRef};
+use _core::store::{
+    self, Assign, Backend, Cmp, Delete, Derived, Filter, Insert, Location, NoMatch, OnConflict,
+    Options, Order, Page, Query, Relation, Term, Update, WriteOp, WriteOut,
+};
+
+/// Opens one fresh store; each call is another handle on the same data.
+type Opener = Box<dyn Fn() -> Box<dyn Backend>>;
+
+/// Makes a fresh, empty store (None: this backend cannot run here).
+type Factory = fn(&tempfile::TempDir) -> Option<Opener>;
+
+/// Every backend, by name. A PostgreSQL factory reads its server from
+/// `HERMES_TEST_POSTGRES_URL` and returns None without it.
+fn backends() -> Vec<(&'static str, Factory)> {
+    vec![("sqlite", sqlite)]
+}
+
+fn sqlite(dir: &tempfile::TempDir) -> Option<Opener> {
+    let path: OsString = dir.path().join("state.db").into();
+    Some(Box::new(move || {
+        store::open(&path, Options::default()).expect("a fresh state.db opens")
+    }))
+}
+
+/// Runs `test` on a fresh store of every backend.
+fn on_every_backend(test: impl Fn(&dyn Fn() -> Box<dyn Backend>)) {
+    for (name, factory) in backends() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(open) = factory(&dir) else {
+            eprintln!("conformance: {name} skipped (not configured here)");
+            continue;
+        };
+        eprintln!("conformance: {name}");
+        test(&*open);
+    }
+}
+
+fn text(s: &str) -> Value {
+    Value::from(s)
+}
+
+fn create(db: &dyn Backend, id: &str, source: &str, started_at: f64) {
+    let op = WriteOp::Insert(Insert {
+        relation: Relation::Sessions,
+        values: vec![
+            ("id".into(), text(id)),
+            ("source".into(), text(source)),
+            ("started_at".into(), Value::Real(started_at)),
+        ],
+        on_conflict: OnConflict::FillNulls,
+    });
+    assert_eq!(db.write(op).unwrap(), WriteOut::Rows(1));
+}
+
+fn message(role: &str, content: &str, timestamp: f64) -> NewMessage {
+    NewMessage::text(role, content, timestamp)
+}
+
+fn append(db: &dyn Backend, session_id: &str, rows: Vec<NewMessage>) -> Result<Vec<i64>, Error> {
+    let op = WriteOp::Append {
+        session_id: session_id.into(),
+        rows,
+        once_key: None,
+    };
+    db.write(op).map(|out| match out {
+        WriteOut::Ids(ids) => ids,
+        other => panic!("an append returns ids, not {other:?}"),
+    })
+}
+
+fn owned(cell: ValueRef<'_>) -> Value {
+    match cell {
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(n) => Value::Integer(n),
+        ValueRef::Real(x) => Value::Real(x),
+        ValueRef::Text(t) => Value::Text(String::from_utf8(t.to_vec()).unwrap()),
+        ValueRef::Blob(b) => Value::Blob(b.to_vec()),
+    }
+}
+
+/// Column `name` of every row.
+fn column(table: &Table, name: &str) -> Vec<Value> {
+    let index = table
+        .columns
+        .iter()
+        .position(|c| c == name)
+        .unwrap_or_else(|| panic!("no column {name} in {:?}", table.columns));
+    table.rows().map(|r| owned(r.get(index))).collect()
+}
+
+fn ids(table: &Table) -> Vec<Value> {
+    column(table, "id")
+}
+
+fn session_value(db: &dyn Backend, id: &str, name: &str) -> Value {
+    column(&db.session(id).unwrap(), name).remove(0)
+}
+
+fn set(relation: Relation, filter: Filter, set: Vec<(&str, Assign)>) -> WriteOp {
+    WriteOp::Update(Update {
+        relation,
+        filter,
+        set: set.into_iter().map(|(c, a)| (c.to_owned(), a)).collect(),
+        must_match: None,
+    })
+}
+
+fn sessions_query(filter: Filter) -> Query {
+    Query {
+        filter,
+        order: vec![Order {
+            term: Term::Column("id".into()),
+            descending: false,
+        }],
+        ..Query::all(Relation::Sessions)
+    }
+}
+
+#[test]
+fn a_session_is_created_once_and_merges_later_columns() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "cli", 1.0);
+        let again = WriteOp::Insert(Insert {
+            relation: Relation::Sessions,
+            values: vec![
+                ("id".into(), text("s")),
+                ("source".into(), text("telegram")),
+                ("started_at".into(), Value::Real(9.0)),
+                ("title".into(), text("Trip")),
+            ],
+            on_conflict: OnConflict::FillNulls,
+        });
+        db.write(again).unwrap();
+        assert_eq!(session_value(&*db, "s", "source"), text("cli"));
+        assert_eq!(session_value(&*db, "s", "started_at"), Value::Real(1.0));
+        assert_eq!(session_value(&*db, "s", "title"), text("Trip"));
+        assert_eq!(session_value(&*db, "s", "message_count"), Value::Integer(0));
+        assert_eq!(db.session("none").unwrap().row_count(), 0);
+        assert_eq!(db.message_count("none").unwrap(), None);
+    });
+}
+
+#[test]
+fn appended_messages_come_back_in_id_order_and_the_count_is_the_active_rows() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "cli", 1.0);
+        // Timestamps out of order: the order is the id's.
+        let first = append(&*db, "s", vec![message("user", "one", 5.0)]).unwrap();
+        let more = append(
+            &*db,
+            "s",
+            vec![
+                message("assistant", "two", 3.0),
+                message("user", "three", 4.0),
+            ],
+        )
+        .unwrap();
+        assert_eq!(more.len(), 2);
+        assert!(
+            first[0] < more[0] && more[0] < more[1],
+            "{first:?} {more:?}"
+        );
+        assert_eq!(db.message_count("s").unwrap(), Some(3));
+        assert_eq!(db.own_appends("s"), 3);
+        assert_eq!(
+            column(&db.messages("s", false).unwrap(), "content"),
+            [text("one"), text("two"), text("three")]
+        );
+        let mut contents = Vec::new();
+        db.conversation("s", false, &mut |table| {
+            contents.extend(column(&table, "content"));
+            true
+        })
+        .unwrap();
+        assert_eq!(contents, [text("one"), text("two"), text("three")]);
+        // A long transcript arrives whole and in order, however it is split.
+        let many: Vec<NewMessage> = (0..500)
+            .map(|i| message("user", &format!("n{i}"), 1.0))
+            .collect();
+        append(&*db, "s", many).unwrap();
+        let mut seen = 0;
+        db.conversation("s", false, &mut |table| {
+            seen += table.row_count();
+            true
+        })
+        .unwrap();
+        assert_eq!(seen, 503);
+        assert_eq!(db.message_count("s").unwrap(), Some(503));
+    });
+}
+
+#[test]
+fn an_append_to_a_missing_session_fails_and_writes_nothing() {
+    on_every_backend(|open| {
+        let db = open();
+        let err = append(&*db, "missing", vec![message("user", "x", 1.0)]).unwrap_err();
+        assert!(
+            matches!(err, Error::SessionNotFound { ref session_id, .. } if session_id == "missing")
+        );
+        assert_eq!(db.count(Relation::Messages, &Filter::All).unwrap(), 0);
+        assert_eq!(db.own_appends("missing"), 0);
+    });
+}
+
+#[test]
+fn a_once_key_appends_once() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "cli", 1.0);
+        let op = || WriteOp::Append {
+            session_id: "s".into(),
+            rows: vec![message("user", "x", 1.0)],
+            once_key: Some("spool:abc".into()),
+        };
+        assert!(matches!(db.write(op()).unwrap(), WriteOut::Ids(ids) if ids.len() == 1));
+        assert_eq!(db.write(op()).unwrap(), WriteOut::Ids(vec![]));
+        assert_eq!(db.message_count("s").unwrap(), Some(1));
+    });
+}
+
+#[test]
+fn a_write_now_commits_when_nothing_else_writes() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "cli", 1.0);
+        let op = WriteOp::Append {
+            session_id: "s".into(),
+            rows: vec![message("session_meta", "", 1.0)],
+            once_key: None,
+        };
+        assert!(matches!(db.write_now(op).unwrap(), WriteOut::Ids(ids) if ids.len() == 1));
+        assert_eq!(db.message_count("s").unwrap(), Some(1));
+    });
+}
+
+#[test]
+fn updates_set_add_and_require_and_check_their_columns() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "cli", 1.0);
+        let title = set(
+            Relation::Sessions,
+            Filter::eq("id", "s"),
+            vec![
+                ("title", Assign::Value(text("Plan"))),
+                ("rewind_count", Assign::Add(2)),
+            ],
+        );
+        assert_eq!(db.write(title).unwrap(), WriteOut::Rows(1));
+        assert_eq!(session_value(&*db, "s", "title"), text("Plan"));
+        assert_eq!(session_value(&*db, "s", "rewind_count"), Value::Integer(2));
+        let missing = WriteOp::Update(Update {
+            relation: Relation::Sessions,
+            filter: Filter::eq("id", "nope"),
+            set: vec![("title".into(), Assign::Value(text("x")))],
+            must_match: Some(NoMatch::Session("nope".into())),
+        });
+        assert!(matches!(
+            db.write(missing),
+            Err(Error::SessionNotFound { .. })
+        ));
+        for column in ["no_such_column", "message_count", "tool_call_count", "id"] {
+            let bad = set(
+                Relation::Sessions,
+                Filter::eq("id", "s"),
+                vec![(column, Assign::Value(Value::Integer(7)))],
+            );
+            assert!(matches!(db.write(bad), Err(Error::Config(_))), "{column}");
+        }
+        assert_eq!(session_value(&*db, "s", "message_count"), Value::Integer(0));
+        let bad_filter = set(
+            Relation::Sessions,
+            Filter::eq("nope", 1),
+            vec![("title", Assign::Value(text("x")))],
+        );
+        assert!(matches!(db.write(bad_filter), Err(Error::Config(_))));
+    });
+}
+
+#[test]
+fn rewinding_and_deleting_messages_keep_the_count_at_the_active_rows() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "cli", 1.0);
+        create(&*db, "t", "cli", 1.0);
+        let rows = (0..5)
+            .map(|i| message("user", &format!("m{i}"), 1.0))
+            .collect();
+        let ids = append(&*db, "s", rows).unwrap();
+        append(&*db, "t", vec![message("user", "other", 1.0)]).unwrap();
+        let from_third = Filter::And(vec![
+            Filter::eq("session_id", "s"),
+            Filter::Compare(Term::Column("id".into()), Cmp::Ge, Value::Integer(ids[2])),
+        ]);
+        let rewind = set(
+            Relation::Messages,
+            from_third.clone(),
+            vec![("active", Assign::Value(Value::Integer(0)))],
+        );
+        assert_eq!(db.write(rewind).unwrap(), WriteOut::Rows(3));
+        assert_eq!(db.message_count("s").unwrap(), Some(2));
+        assert_eq!(db.messages("s", false).unwrap().row_count(), 2);
+        assert_eq!(db.messages("s", true).unwrap().row_count(), 5);
+        let restore = set(
+            Relation::Messages,
+            from_third,
+            vec![("active", Assign::Value(Value::Integer(1)))],
+        );
+        db.write(restore).unwrap();
+        assert_eq!(db.message_count("s").unwrap(), Some(5));
+        let first_two = WriteOp::Delete(Delete {
+            relation: Relation::Messages,
+            filter: Filter::In(
+                Term::Column("id".into()),
+                vec![ids[0].into(), ids[1].into()],
+            ),
+        });
+        assert_eq!(db.write(first_two).unwrap(), WriteOut::Rows(2));
+        assert_eq!(db.message_count("s").unwrap(), Some(3));
+        assert_eq!(
+            db.message_count("t").unwrap(),
+            Some(1),
+            "another session untouched"
+        );
+        let session_id = set(
+            Relation::Messages,
+            Filter::All,
+            vec![("session_id", Assign::Value(text("t")))],
+        );
+        assert!(matches!(db.write(session_id), Err(Error::Config(_))));
+        let insert = WriteOp::Insert(Insert {
+            relation: Relation::Messages,
+            values: vec![("role".into(), text("user"))],
+            on_conflict: OnConflict::Fail,
+        });
+        assert!(
+            matches!(db.write(insert), Err(Error::Config(_))),
+            "messages come by append"
+        );
+    });
+}
+
+#[test]
+fn an_insert_fails_ignores_replaces_or_fills_a_row_with_its_key() {
+    on_every_backend(|open| {
+        let db = open();
+        let meta = |value: &str, on_conflict| {
+            db.write(WriteOp::Insert(Insert {
+                relation: Relation::StateMeta,
+                values: vec![("key".into(), text("k")), ("value".into(), text(value))],
+                on_conflict,
+            }))
+        };
+        let value = || {
+            let query = Query {
+                select: vec![Term::Column("value".into())],
+                filter: Filter::eq("key", "k"),
+                ..Query::all(Relation::StateMeta)
+            };
+            column(&db.query(&query).unwrap(), "value")
+        };
+        assert_eq!(meta("a", OnConflict::Fail).unwrap(), WriteOut::Rows(1));
+        assert!(meta("b", OnConflict::Fail).is_err());
+        assert_eq!(meta("c", OnConflict::Ignore).unwrap(), WriteOut::Rows(0));
+        assert_eq!(meta("d", OnConflict::FillNulls).unwrap(), WriteOut::Rows(1));
+        assert_eq!(value(), [text("a")], "only NULL columns are filled");
+        meta("e", OnConflict::Replace).unwrap();
+        assert_eq!(value(), [text("e")]);
+        let twice = WriteOp::Insert(Insert {
+            relation: Relation::StateMeta,
+            values: vec![("key".into(), text("x")), ("key".into(), text("y"))],
+            on_conflict: OnConflict::Fail,
+        });
+        assert!(matches!(db.write(twice), Err(Error::Config(_))));
+    });
+}
+
+#[test]
+fn queries_filter_order_page_and_derive() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "a", "cli", 1.0);
+        create(&*db, "b", "cli", 2.0);
+        create(&*db, "c", "telegram", 3.0);
+        create(&*db, "d", "telegram", 4.0);
+        db.write(set(
+            Relation::Sessions,
+            Filter::In(Term::Column("id".into()), vec![text("b"), text("d")]),
+            vec![("title", Assign::Value(text("Docker notes")))],
+        ))
+        .unwrap_err(); // titles are unique
+        db.write(set(
+            Relation::Sessions,
+            Filter::eq("id", "b"),
+            vec![("title", Assign::Value(text("Docker notes")))],
+        ))
+        .unwrap();
+        append(
+            &*db,
+            "c",
+            vec![
+                message("system", "setup", 10.0),
+                message("user", "first\nline", 11.0),
+                message("user", "second", 12.0),
+            ],
+        )
+        .unwrap();
+        let q = |filter| ids(&db.query(&sessions_query(filter)).unwrap());
+        let col = |name: &str| Term::Column(name.into());
+        assert_eq!(q(Filter::All), [text("a"), text("b"), text("c"), text("d")]);
+        assert_eq!(q(Filter::eq("source", "cli")), [text("a"), text("b")]);
+        assert_eq!(
+            q(Filter::Compare(
+                col("started_at"),
+                Cmp::Gt,
+                Value::Real(2.0)
+            )),
+            [text("c"), text("d")]
+        );
+        assert_eq!(
+            q(Filter::Compare(col("source"), Cmp::Ne, text("cli"))),
+            [text("c"), text("d")]
+        );
+        assert_eq!(
+            q(Filter::Compare(
+                col("started_at"),
+                Cmp::Le,
+                Value::Integer(2)
+            )),
+            [text("a"), text("b")]
+        );
+        assert_eq!(
+            q(Filter::Compare(
+                col("started_at"),
+                Cmp::Lt,
+                Value::Integer(2)
+            )),
+            [text("a")]
+        );
+        assert_eq!(
+            q(Filter::Compare(
+                col("started_at"),
+                Cmp::Ge,
+                Value::Integer(4)
+            )),
+            [text("d")]
+        );
+        assert_eq!(
+            q(Filter::Not(Box::new(Filter::IsNull(col("title"))))),
+            [text("b")]
+        );
+        assert_eq!(q(Filter::Like(col("title"), "docker%".into())), [text("b")]);
+        assert_eq!(
+            q(Filter::Glob(col("title"), "docker*".into())),
+            Vec::<Value>::new()
+        );
+        assert_eq!(q(Filter::Glob(col("title"), "Docker*".into())), [text("b")]);
+        assert_eq!(
+            q(Filter::Or(vec![
+                Filter::eq("id", "a"),
+                Filter::eq("id", "d")
+            ])),
+            [text("a"), text("d")]
+        );
+        assert_eq!(q(Filter::In(col("id"), vec![])), Vec::<Value>::new());
+        assert_eq!(q(Filter::And(vec![])), q(Filter::All));
+        // Sessions with a user message: a query inside the filter.
+        let with_user = Query {
+            select: vec![col("session_id")],
+            filter: Filter::eq("role", "user"),
+            ..Query::all(Relation::Messages)
+        };
+        assert_eq!(
+            q(Filter::InQuery(col("id"), Box::new(with_user))),
+            [text("c")]
+        );
+
+        let page = Query {
+            select: vec![
+                col("id"),
+                Term::Derived(Derived::Preview),
+                Term::Derived(Derived::LastActive),
+            ],
+            order: vec![Order {
+                term: Term::Derived(Derived::LastActive),
+                descending: true,
+            }],
+            limit: Some(2),
+            offset: 0,
+            ..Query::all(Relation::Sessions)
+        };
+        let table = db.query(&page).unwrap();
+        assert_eq!(&table.columns[..], ["id", "preview", "last_active"]);
+        assert_eq!(ids(&table), [text("c"), text("d")]);
+        assert_eq!(column(&table, "preview"), [text("first line"), text("")]);
+        assert_eq!(
+            column(&table, "last_active"),
+            [Value::Real(12.0), Value::Real(4.0)]
+        );
+        let next = Query { offset: 2, ..page };
+        assert_eq!(ids(&db.query(&next).unwrap()), [text("b"), text("a")]);
+
+        assert_eq!(
+            db.count(Relation::Sessions, &Filter::eq("source", "telegram"))
+                .unwrap(),
+            2
+        );
+        assert_eq!(
+            db.count(Relation::Messages, &Filter::eq("session_id", "c"))
+                .unwrap(),
+            3
+        );
+        let bad = Query {
+            select: vec![col("nope")],
+            ..Query::all(Relation::Sessions)
+        };
+        assert!(matches!(db.query(&bad), Err(Error::Config(_))));
+        let null = sessions_query(Filter::eq("title", Value::Null));
+        assert!(matches!(db.query(&null), Err(Error::Config(_))));
+    });
+}
+
+#[test]
+fn the_session_list_is_newest_first_by_source_in_pages() {
+    on_every_backend(|open| {
+        let db = open();
+        for (id, source, started) in [
+            ("a", "cli", 1.0),
+            ("b", "tg", 2.0),
+            ("c", "cli", 3.0),
+            ("d", "cli", 3.0),
+        ] {
+            create(&*db, id, source, started);
+        }
+        let list = |source: Option<&str>, limit, offset| {
+            let page = Page {
+                source: source.map(String::from),
+                session_id: None,
+                limit,
+                offset,
+            };
+            ids(&db.list_sessions(&page).unwrap())
+        };
+        assert_eq!(
+            list(None, 10, 0),
+            [text("d"), text("c"), text("b"), text("a")]
+        );
+        assert_eq!(list(Some("cli"), 2, 0), [text("d"), text("c")]);
+        assert_eq!(list(Some("cli"), 2, 2), [text("a")]);
+        assert_eq!(list(Some("none"), 10, 0), Vec::<Value>::new());
+        let every_column = db
+            .list_sessions(&Page {
+                limit: 1,
+                ..Page::default()
+            })
+            .unwrap();
+        assert_eq!(
+            every_column.columns.len(),
+            db.columns().of(Relation::Sessions).len()
+        );
+    });
+}
+
+#[test]
+fn a_transaction_writes_all_or_nothing() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "cli", 1.0);
+        let title = set(
+            Relation::Sessions,
+            Filter::eq("id", "s"),
+            vec![("title", Assign::Value(text("kept")))],
+        );
+        let add = WriteOp::Append {
+            session_id: "s".into(),
+            rows: vec![message("user", "in the transaction", 1.0)],
+            once_key: None,
+        };
+        let failing = WriteOp::Append {
+            session_id: "missing".into(),
+            rows: vec![message("user", "x", 1.0)],
+            once_key: None,
+        };
+        let err = db
+            .write(WriteOp::Transaction(vec![
+                title.clone(),
+                add.clone(),
+                failing,
+            ]))
+            .unwrap_err();
+        assert!(matches!(err, Error::SessionNotFound { .. }));
+        assert_eq!(session_value(&*db, "s", "title"), Value::Null);
+        assert_eq!(db.message_count("s").unwrap(), Some(0));
+        assert_eq!(db.own_appends("s"), 0);
+        let out = db.write(WriteOp::Transaction(vec![title, add])).unwrap();
+        assert!(matches!(&out, WriteOut::Many(outs) if outs.len() == 2));
+        assert_eq!(out.rows(), 2);
+        assert_eq!(db.message_count("s").unwrap(), Some(1));
+        assert_eq!(db.own_appends("s"), 1);
+    });
+}
+
+#[test]
+fn search_finds_committed_rows_by_word_source_and_session() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "a", "cli", 1.0);
+        create(&*db, "b", "telegram", 1.0);
+        let a = append(&*db, "a", vec![message("user", "the docker daemon", 1.0)]).unwrap();
+        let b = append(&*db, "b", vec![message("user", "docker compose up", 1.0)]).unwrap();
+        append(&*db, "b", vec![message("user", "nothing to see", 1.0)]).unwrap();
+        let search = |page: Page| ids(&db.search("docker", &page).unwrap());
+        let page = Page {
+            limit: 10,
+            ..Page::default()
+        };
+        let mut all = search(page.clone());
+        all.sort_by_key(|v| match v {
+            Value::Integer(n) => *n,
+            _ => 0,
+        });
+        assert_eq!(all, [Value::Integer(a[0]), Value::Integer(b[0])]);
+        let telegram = Page {
+            source: Some("telegram".into()),
+            ..page.clone()
+        };
+        assert_eq!(search(telegram), [Value::Integer(b[0])]);
+        let in_a = Page {
+            session_id: Some("a".into()),
+            ..page.clone()
+        };
+        assert_eq!(search(in_a), [Value::Integer(a[0])]);
+        assert!(matches!(
+            db.search("\"unbalanced", &page),
+            Err(Error::BadQuery { .. })
+        ));
+        // A rewound row is not found.
+        db.write(set(
+            Relation::Messages,
+            Filter::eq("id", a[0]),
+            vec![("active", Assign::Value(Value::Integer(0)))],
+        ))
+        .unwrap();
+        assert_eq!(search(page), [Value::Integer(b[0])]);
+    });
+}
+
+#[test]
+fn routing_and_meta_rows_are_written_read_and_deleted() {
+    on_every_backend(|open| {
+        let db = open();
+        let route = |scope: &str, key: &str, entry: &str| {
+            WriteOp::Insert(Insert {
+                relation: Relation::GatewayRouting,
+                values: vec![
+                    ("scope".into(), text(scope)),
+                    ("session_key".into(), text(key)),
+                    ("entry_json".into(), text(entry)),
+                    ("updated_at".into(), Value::Real(1.0)),
+                ],
+                on_conflict: OnConflict::Replace,
+            })
+        };
+        for op in [
+            route("", "k2", "{}"),
+            route("", "k1", "{\"a\":1}"),
+            route("other", "k1", "[]"),
+            route("", "k2", "{\"b\":2}"),
+        ] {
+            db.write(op).unwrap();
+        }
+        let entries = |scope: &str| {
+            let query = Query {
+                select: vec![
+                    Term::Column("session_key".into()),
+                    Term::Column("entry_json".into()),
+                ],
+                filter: Filter::eq("scope", scope),
+                order: vec![Order {
+                    term: Term::Column("session_key".into()),
+                    descending: false,
+                }],
+                ..Query::all(Relation::GatewayRouting)
+            };
+            let table = db.query(&query).unwrap();
+            column(&table, "session_key")
+                .into_iter()
+                .zip(column(&table, "entry_json"))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            entries(""),
+            [
+                (text("k1"), text("{\"a\":1}")),
+                (text("k2"), text("{\"b\":2}"))
+            ]
+        );
+        let gone = WriteOp::Delete(Delete {
+            relation: Relation::GatewayRouting,
+            filter: Filter::And(vec![
+                Filter::eq("scope", ""),
+                Filter::In(Term::Column("session_key".into()), vec![text("k1")]),
+            ]),
+        });
+        assert_eq!(db.write(gone).unwrap(), WriteOut::Rows(1));
+        assert_eq!(entries(""), [(text("k2"), text("{\"b\":2}"))]);
+        assert_eq!(entries("other").len(), 1);
+    });
+}
+
+#[test]
+fn platform_message_ids_are_found_per_session() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "telegram", 1.0);
+        create(&*db, "t", "telegram", 1.0);
+        let mut row = message("user", "hi", 1.0);
+        row.platform_message_id = Some("tg-42".into());
+        append(&*db, "s", vec![row]).unwrap();
+        assert!(db.has_platform_message_id("s", "tg-42").unwrap());
+        assert!(!db.has_platform_message_id("t", "tg-42").unwrap());
+        assert!(!db.has_platform_message_id("s", "tg-43").unwrap());
+    });
+}
+
+#[test]
+fn another_handles_commits_are_foreign_and_counted_live() {
+    on_every_backend(|open| {
+        let (a, b) = (open(), open());
+        create(&*a, "s", "cli", 1.0);
+        let _ = a.foreign_commit_since_last_look().unwrap();
+        append(&*a, "s", vec![message("user", "mine", 1.0)]).unwrap();
+        assert!(
+            !a.foreign_commit_since_last_look().unwrap(),
+            "own commits are not foreign"
+        );
+        append(&*b, "s", vec![message("user", "theirs", 1.0)]).unwrap();
+        assert!(a.foreign_commit_since_last_look().unwrap());
+        assert!(!a.foreign_commit_since_last_look().unwrap());
+        assert_eq!(a.message_count("s").unwrap(), Some(2));
+        assert_eq!((a.own_appends("s"), b.own_appends("s")), (1, 1));
+    });
+}
+
+#[test]
+fn every_relation_names_its_columns_and_its_key_is_among_them() {
+    on_every_backend(|open| {
+        let db = open();
+        for relation in Relation::ALL {
+            let columns = db.columns().of(relation);
+            for key in relation.key() {
+                assert!(columns.iter().any(|c| c == key), "{relation}: {columns:?}");
+            }
+        }
+        assert!(matches!(
+            db.location(),
+            Location::File(_) | Location::Server(_)
+        ));
+        assert!(!db.location().to_string().is_empty());
+    });
+}
+
+#[test]
+fn a_closed_store_refuses_every_operation_and_keeps_its_data() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "cli", 1.0);
+        append(&*db, "s", vec![message("user", "kept", 1.0)]).unwrap();
+        db.close();
+        db.close();
+        let closed =
+            |r: Result<(), Error>| assert!(matches!(r, Err(Error::Closed { .. })), "{r:?}");
+        closed(append(&*db, "s", vec![message("user", "x", 1.0)]).map(drop));
+        closed(db.message_count("s").map(drop));
+        closed(db.session("s").map(drop));
+        closed(db.query(&Query::all(Relation::Sessions)).map(drop));
+        closed(db.count(Relation::Sessions, &Filter::All).map(drop));
+        closed(db.foreign_commit_since_last_look().map(drop));
+        closed(db.search("kept", &Page::default()).map(drop));
+        let again = open();
+        assert_eq!(again.message_count("s").unwrap(), Some(1));
+        assert_eq!(
+            column(&again.messages("s", false).unwrap(), "content"),
+            [text("kept")]
+        );
+    });
+}
