@@ -209,7 +209,7 @@ ASYNC_METHODS = [
 def test_async_session_db_every_method_is_awaitable(tmp_path: Path) -> None:
     db = SessionDB(tmp_path / "state.db")
     adb = AsyncSessionDB(db)
-    assert adb._db is db
+    assert adb.sync is db
     for name in ASYNC_METHODS:
         assert inspect.iscoroutinefunction(getattr(adb, name)), name
 

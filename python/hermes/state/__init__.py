@@ -1,0 +1,30 @@
+"""The session database, ``state.db``: sessions, messages, full-text search.
+
+File-compatible with hermes-agent 0.19.0 (schema_version 22): either program
+opens, reads and appends to a file the other wrote. The work happens in the
+Rust core (:class:`hermes._core.Store`), which releases the GIL for every SQL
+statement, fsync and busy wait; this package is its typed, documented face:
+one module per group of methods (``sessions.py``, ``messages.py``, ``titles.py``, ...),
+composed in ``session_db.py``.
+
+``SessionDB`` is synchronous and thread-safe. ``AsyncSessionDB`` offers the
+same methods as coroutines that run off the event loop, each declared with the
+sync method's exact signature (``get_session = offloaded(Sessions.get_session)``),
+so ``mypy --strict`` types every awaited result; ``writes_without_waiting``
+lets an event loop make a short write itself when no other writer is in the way.
+``SCHEMA_VERSION`` (the version we write) and ``SCHEMA_SQL`` (the DDL of a file we
+create) carry the names hermes-agent's module gives its own.
+"""
+
+from hermes._core import SCHEMA_SQL, SCHEMA_VERSION
+from hermes.state.face import Synchronous
+from hermes.state.session_db import AsyncSessionDB, SessionDB, writes_without_waiting
+
+__all__ = [
+    "SCHEMA_SQL",
+    "SCHEMA_VERSION",
+    "AsyncSessionDB",
+    "SessionDB",
+    "Synchronous",
+    "writes_without_waiting",
+]

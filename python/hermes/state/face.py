@@ -1,0 +1,115 @@
+"""What every group of :class:`~hermes.state.SessionDB` methods builds on.
+
+``StoreFace`` holds the open store (``self._store``, the Rust :class:`hermes._core.Store`);
+each module of this package adds one group of methods to it as a mixin (``Sessions``,
+``Messages``, ...), and ``session_db.py`` composes them. ``AsyncFace`` and :func:`offloaded`
+do the same for :class:`~hermes.state.AsyncSessionDB`: each group module declares its
+coroutines beside its methods, ``name = offloaded(Group.name)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Coroutine
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
+
+from hermes._core import Store
+from hermes.paths import state_db_path
+
+Synchronous = Literal["FULL", "NORMAL"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_Face = TypeVar("_Face", bound="StoreFace")
+
+
+class StoreFace:
+    """An open ``state.db``: the file, its durability and the Rust store behind it."""
+
+    def __init__(
+        self,
+        db_path: str | Path | None = None,
+        *,
+        synchronous: Synchronous = "FULL",
+        busy_budget: float = 10.0,
+    ) -> None:
+        self.db_path = Path(db_path) if db_path is not None else state_db_path()
+        self.synchronous = synchronous
+        self._store = Store(self.db_path, synchronous=synchronous, busy_budget=busy_budget)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.db_path)!r}, synchronous={self.synchronous!r})"
+
+    def __enter__(self: _Face) -> _Face:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes the file; later calls raise DatabaseClosedError."""
+        self._store.close()
+
+
+class AsyncFace:
+    """The synchronous DB an :class:`~hermes.state.AsyncSessionDB` runs its calls on."""
+
+    def __init__(self, db: StoreFace) -> None:
+        self._db = db
+
+    @property
+    def sync(self) -> StoreFace:
+        """The wrapped synchronous DB."""
+        return self._db
+
+
+class offloaded(Generic[_P, _R]):
+    """A ``SessionDB`` method as an ``AsyncSessionDB`` coroutine with the same signature,
+    run in a worker thread: ``get_session = offloaded(Sessions.get_session)``.
+
+    The attribute must carry the method's name (checked when the class is made), and the
+    call goes to that method of the wrapped DB object (a subclass's override included).
+    """
+
+    def __init__(self, method: Callable[Concatenate[Any, _P], _R]) -> None:
+        self._name = method.__name__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        if name != self._name:
+            raise TypeError(
+                f"{owner.__name__}.{name} offloads SessionDB.{self._name}: "
+                "name the coroutine after the method it runs"
+            )
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> offloaded[_P, _R]: ...
+
+    @overload
+    def __get__(self, instance: AsyncFace, owner: type) -> Callable[_P, Coroutine[Any, Any, _R]]: ...
+
+    def __get__(
+        self, instance: AsyncFace | None, owner: type
+    ) -> offloaded[_P, _R] | Callable[_P, Coroutine[Any, Any, _R]]:
+        if instance is None:
+            return self
+        method: Callable[_P, _R] = getattr(instance.sync, self._name)
+
+        @functools.wraps(method)
+        async def run_in_thread(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            return await asyncio.to_thread(method, *args, **kwargs)
+
+        return run_in_thread
+
+
+def epoch(value: float | datetime) -> float:
+    """A timestamp as the store keeps it: seconds since the epoch."""
+    return value.timestamp() if isinstance(value, datetime) else float(value)
+
+
+def check_page(limit: int, offset: int) -> None:
+    """Refuses a negative page before it reaches SQL."""
+    if limit < 0 or offset < 0:
+        raise ValueError(f"limit={limit} and offset={offset} must be >= 0")
