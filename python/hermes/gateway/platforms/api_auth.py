@@ -102,19 +102,32 @@ def requested_session_id(request: web.Request, caller: Caller) -> str | None:
     session_id = header(request, SESSION_HEADER)
     if not session_id:
         return None
+    check_session_id(session_id, SESSION_HEADER)
+    require_key(caller, f"continuing a stored conversation with {SESSION_HEADER}",
+                SESSION_HEADER, "without one, send the whole conversation in 'messages'")
+    return session_id
+
+
+def check_session_id(session_id: str, where: str) -> str:
+    """``session_id`` if it is 1-128 letters, digits or ``._:@-``; a 400 naming ``where``
+    otherwise."""
     if len(session_id) > MAX_SESSION_ID_CHARS:
-        raise RequestError(400, f"the {SESSION_HEADER} header is too long ({len(session_id)} "
-                           f"characters; at most {MAX_SESSION_ID_CHARS})", param=SESSION_HEADER,
+        raise RequestError(400, f"the session id in {where} is too long ({len(session_id)} "
+                           f"characters; at most {MAX_SESSION_ID_CHARS})", param=where,
                            code="invalid_session_id")
     if not _SESSION_ID.fullmatch(session_id):
-        raise RequestError(400, f"the {SESSION_HEADER} header must be letters, digits or "
-                           f"._:@- (got {session_id[:40]!r})", param=SESSION_HEADER,
+        raise RequestError(400, f"the session id in {where} must be letters, digits or "
+                           f"._:@- (got {session_id[:40]!r})", param=where,
                            code="invalid_session_id")
+    return session_id
+
+
+def require_key(caller: Caller, what: str, param: str | None, otherwise: str = "") -> None:
+    """A 403 for ``what`` unless the server has a key (stored conversations are reachable
+    only by an authenticated caller)."""
     if not caller.authenticated:
         raise RequestError(
-            403, f"continuing a stored conversation with {SESSION_HEADER} needs a gateway "
-            "key: set api_server.key in $HERMES_HOME/config.yaml (or API_SERVER_KEY) and send "
-            "it as 'Authorization: Bearer <key>'; without one, send the whole conversation "
-            "in 'messages'", param=SESSION_HEADER, code="session_continuity_needs_key",
-            kind="permission_error")
-    return session_id
+            403, f"{what} needs a gateway key: set api_server.key in $HERMES_HOME/config.yaml "
+            f"(or API_SERVER_KEY) and send it as 'Authorization: Bearer <key>'"
+            + (f"; {otherwise}" if otherwise else ""), param=param,
+            code="session_continuity_needs_key", kind="permission_error")
