@@ -4,11 +4,15 @@ Routes::
 
     POST /v1/chat/completions   plain JSON, or server-sent events with "stream": true
     GET  /v1/models             the model ids this server answers to
-    GET  /health                liveness, without authentication
+    GET  /health                liveness and version, without authentication
+    GET  /health/detailed       version, pid, uptime, and the store: reachable, counts
+    /v1/responses...            OpenAI's Responses API (``api_responses``)
+    /api/sessions...            hermes-agent's sessions API (``api_sessions``)
 
 Any OpenAI client works against it (``base_url="http://127.0.0.1:8642/v1"``). The request
 format is ``hermes.gateway.platforms.api_chat``'s, keys and callers ``api_auth``'s, errors
-and the HTTP plumbing ``api_http``'s; a further route file can use all three.
+and the HTTP plumbing ``api_http``'s, one turn's answer or stream ``api_turn``'s; every route
+file uses them.
 
 **Stateless by default, as OpenAI's API.** A request's messages are what the model sees: its
 system and developer messages are added to the gateway's own system prompt
