@@ -174,7 +174,10 @@ class Report:
             f"a spread of **{spread(a, b):.0f}%**. Load average {la[0] if la else '?'} at the start, "
             f"{lb[0] if lb else '?'} at the end. Read single figures with that margin; ratios between systems "
             "measured minutes apart carry it too. Latencies at FULL are dominated by the disk's fsync, whose own "
-            "spread is shown in the fsync table.",
+            "spread is shown in the fsync table. A change meant to leave speed alone is checked with "
+            "`make bench-check` (a quick run compared figure by figure with a stored one, against both runs' "
+            "probe spreads); the check of issue [G]'s layout change, with an interleaved A/B of its one "
+            "flagged figure, is in [benches/results/layout-check-G.md](benches/results/layout-check-G.md).",
             "",
         )
 
