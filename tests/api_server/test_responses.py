@@ -22,7 +22,7 @@ from typing import Any
 import openai
 import pytest
 from gateway_process import GatewayProcess
-from support.fake_openai import FakeOpenAI, Reply
+from support.fake_openai import FakeOpenAI, Reply, tool_call
 
 from hermes.gateway.platforms.api_auth import SESSION_HEADER
 from hermes.state import SessionDB
@@ -64,13 +64,8 @@ def stop(gateway: GatewayProcess) -> None:
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("responses") / "home"
-
-
-@pytest.fixture(scope="module")
-def gateway(home: Path, model: Model) -> Iterator[GatewayProcess]:
-    served = start(home, model)
+def gateway(tmp_path_factory: pytest.TempPathFactory, model: Model) -> Iterator[GatewayProcess]:
+    served = start(tmp_path_factory.mktemp("responses") / "home", model)
     yield served
     stop(served)
 
@@ -137,8 +132,10 @@ def test_store_false_is_neither_retrievable_nor_chainable(gateway: GatewayProces
     assert refused.value.param == "previous_response_id"
 
 
-def test_a_chain_survives_a_restart_and_belongs_to_its_key(home: Path, gateway: GatewayProcess,
+def test_a_chain_survives_a_restart_and_belongs_to_its_key(tmp_path: Path,
                                                            model: Model) -> None:
+    home = tmp_path / "home"
+    gateway = start(home, model)
     first = client(gateway).responses.create(model="hermes-agent", input="chain start: 41")
     second = client(gateway).responses.create(model="hermes-agent", input="plus one?",
                                               previous_response_id=first.id)
@@ -178,6 +175,39 @@ def test_a_chain_survives_a_restart_and_belongs_to_its_key(home: Path, gateway: 
         stop(again)
     with SessionDB(home / "state.db") as db:
         assert db.get_response(third.id, "nobody") is None
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_failed_model_call_is_a_5xx_with_its_cause(gateway: GatewayProcess,
+                                                            model: Model, stream: bool) -> None:
+    model.script.append(Reply(status=401, error="invalid key"))
+    responses = client(gateway).responses
+    with pytest.raises(openai.APIStatusError) as raised:
+        if stream:  # the failure comes before any text: a status, not an event
+            list(responses.create(model="hermes-agent", input="fail streamed", stream=True))
+        else:
+            responses.create(model="hermes-agent", input="fail plain")
+    assert raised.value.status_code == 502
+    assert raised.value.body["code"] == "model_key_refused"  # type: ignore[index]
+    assert "sk-upstream" not in str(raised.value.body)
+
+
+def test_a_failure_after_text_was_streamed_is_an_error_event(gateway: GatewayProcess,
+                                                             model: Model) -> None:
+    model.script += [Reply(content="Let me check.", tool_calls=[tool_call("c1", "lookup", {})]),
+                     Reply(status=500, error="kaput")]
+    events = list(client(gateway).responses.create(model="hermes-agent", input="look it up",
+                                                   stream=True))
+    kinds = [e.type for e in events]
+    assert kinds[-1] == "error" and "response.completed" not in kinds
+    last = events[-1]
+    assert last.type == "error" and last.code == "model_failed"
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == (
+        "Let me check.")
+    created = events[0]
+    assert created.type == "response.created"
+    with pytest.raises(openai.NotFoundError):  # a failed response is not stored
+        client(gateway).responses.retrieve(created.response.id)
 
 
 def test_bad_input_is_a_400_naming_the_field(tmp_path: Path, model: Model) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from gateway_process import GatewayProcess
-from support.fake_openai import FakeOpenAI, Reply
+from support.fake_openai import FakeOpenAI, Reply, tool_call
 
 from hermes.gateway.platforms.api_auth import SESSION_HEADER
 from hermes.state import SessionDB
@@ -28,6 +28,8 @@ OTHER_KEY = "sessions-test-other-key"
 
 class Model(FakeOpenAI):
     def next_reply(self, body: dict[str, Any]) -> Reply:
+        if self.script:
+            return self.script.pop(0)
         return Reply(content=f"answer {len(self.requests)}")
 
     def received(self, text: str) -> list[dict[str, Any]]:
@@ -184,6 +186,23 @@ def test_chat_stream_sends_hermes_agents_events(gateway: GatewayProcess) -> None
     assert dict(events)["run.completed"]["usage"]["total_tokens"] == 28
     assert [data["seq"] for _, data in events] == list(range(1, len(events) + 1))
     assert {data["session_id"] for _, data in events} == {session_id}
+
+
+def test_a_failed_model_call_is_a_5xx_or_an_error_event(gateway: GatewayProcess,
+                                                       model: Model) -> None:
+    session_id = create(gateway)["id"]
+    model.script.append(Reply(status=401, error="invalid key"))
+    failed = call(gateway, "POST", f"/api/sessions/{session_id}/chat", {"message": "fail"})
+    assert (failed.status, failed.json["error"]["code"]) == (502, "model_key_refused")
+
+    model.script += [Reply(content="Let me check.", tool_calls=[tool_call("c1", "lookup", {})]),
+                     Reply(status=500, error="kaput")]
+    answer = call(gateway, "POST", f"/api/sessions/{session_id}/chat/stream",
+                  {"message": "look it up"})
+    assert answer.status == 200
+    names = [name for name, _ in answer.events()]
+    assert names[-2:] == ["error", "done"] and "run.completed" not in names
+    assert dict(answer.events())["error"]["code"] == "model_failed"
 
 
 def test_patch_fork_and_delete(gateway: GatewayProcess, home: Path) -> None:
