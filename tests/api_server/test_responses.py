@@ -210,7 +210,7 @@ def test_a_failure_after_text_was_streamed_is_an_error_event(gateway: GatewayPro
         client(gateway).responses.retrieve(created.response.id)
 
 
-def test_bad_input_is_a_400_naming_the_field(tmp_path: Path, model: Model) -> None:
+def test_bad_input_health_and_models(tmp_path: Path, model: Model) -> None:
     served = start(tmp_path / "home", model)
     try:
         for body, param in (({"input": []}, "input"), ({"input": 3}, "input"),
@@ -232,7 +232,11 @@ def test_bad_input_is_a_400_naming_the_field(tmp_path: Path, model: Model) -> No
         assert health["store"]["sessions"] == 0 and health["store"]["responses"] == 0
         assert health["version"] and health["pid"] > 0
         assert _get(served, "/health/detailed", key=None)[0] == 401
-        assert _get(served, "/health", key=None)[1]["version"] == health["version"]
+        for open_path in ("/health", "/v1/health"):
+            assert _get(served, open_path, key=None)[1]["version"] == health["version"]
+        models = client(served).models.list().data
+        assert [(m.id, m.root, m.parent) for m in models] == [  # type: ignore[attr-defined]
+            ("hermes-agent", "hermes-agent", None), ("fake-model", "fake-model", None)]
     finally:
         stop(served)
 

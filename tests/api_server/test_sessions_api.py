@@ -260,6 +260,26 @@ def test_a_chat_completions_conversation_is_listed_for_its_caller(gateway: Gatew
     assert call(gateway, "GET", f"/api/sessions/{bob_id}?user=bob").status == 200
 
 
+def test_a_deleted_conversation_resent_by_a_ui_is_stored_again_whole(
+    gateway: GatewayProcess, home: Path,
+) -> None:
+    history = [{"role": "user", "content": "to be deleted"}]
+    first = call(gateway, "POST", "/v1/chat/completions", {"messages": history})
+    session_id = first.headers[SESSION_HEADER]
+    history.append({"role": "assistant",
+                    "content": first.json["choices"][0]["message"]["content"]})
+    assert call(gateway, "DELETE", f"/api/sessions/{session_id}").status == 200
+
+    history.append({"role": "user", "content": "after the deletion"})
+    again = call(gateway, "POST", "/v1/chat/completions", {"messages": history})
+    assert again.headers[SESSION_HEADER] == session_id  # the same fingerprint
+    with SessionDB(home / "state.db") as db:
+        rows = [(m["role"], m["content"]) for m in db.get_messages_as_conversation(session_id)
+                if m["role"] != "session_meta"]
+    assert rows == [(m["role"], m["content"]) for m in history] + [
+        ("assistant", again.json["choices"][0]["message"]["content"])]
+
+
 def test_keys_decide_who_sees_what(gateway: GatewayProcess, home: Path, model: Model,
                                    tmp_path: Path) -> None:
     mine = create(gateway)["id"]

@@ -2,7 +2,7 @@
 
 * **Binding.** Without a key the server only starts on a loopback address: anyone who can
   reach a non-loopback port could otherwise drive the agent and its tools.
-* **The key.** With ``api_server.key`` set, every route but ``/health`` needs
+* **The key.** With ``api_server.key`` set, every route but ``/health`` (and ``/v1/health``) needs
   ``Authorization: Bearer <key>``, compared in constant time.
 * **The caller.** Which key authenticated, as a SHA-256 hash (the key itself is never kept),
   or ``"anonymous"`` when no key is configured (``Caller.of_key``: a request that reached a
@@ -32,7 +32,7 @@ ANONYMOUS = "anonymous"
 SESSION_HEADER = "X-Hermes-Session-Id"
 MAX_SESSION_ID_CHARS = 128
 _SESSION_ID = re.compile(r"[A-Za-z0-9._:@-]+")
-_OPEN_PATHS = frozenset({"/health"})
+_OPEN_PATHS = frozenset({"/health", "/v1/health"})
 
 
 def is_loopback(host: str) -> bool:

@@ -4,7 +4,7 @@ Routes::
 
     POST /v1/chat/completions   plain JSON, or server-sent events with "stream": true
     GET  /v1/models             the model ids this server answers to
-    GET  /health                liveness and version, without authentication
+    GET  /health, /v1/health    liveness and version, without authentication
     GET  /health/detailed       version, pid, uptime, and the store: reachable, counts
     /v1/responses...            OpenAI's Responses API (``api_responses``)
     /api/sessions...            hermes-agent's sessions API (``api_sessions``)
@@ -119,6 +119,7 @@ class APIServerAdapter(BasePlatformAdapter):
                          authenticate(self.settings.key)],
         )
         app.router.add_get("/health", self._health)
+        app.router.add_get("/v1/health", self._health)
         app.router.add_get("/health/detailed", self._health_detailed)
         app.router.add_get("/v1/models", self._list_models)
         app.router.add_post("/v1/chat/completions", self._chat_completions)
@@ -182,8 +183,8 @@ class APIServerAdapter(BasePlatformAdapter):
         now = int(time.time())
         return web.json_response({
             "object": "list",
-            "data": [{"id": m, "object": "model", "created": now, "owned_by": "hermes"}
-                     for m in self.models],
+            "data": [{"id": m, "object": "model", "created": now, "owned_by": "hermes",
+                      "permission": [], "root": m, "parent": None} for m in self.models],
         })
 
     async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
