@@ -120,6 +120,15 @@ def test_streamed_events_parse_with_the_openai_client(gateway: GatewayProcess,
     assert stored.output_text == completed.response.output_text
 
 
+def test_an_answer_cut_at_the_length_limit_is_incomplete(gateway: GatewayProcess,
+                                                         model: Model) -> None:
+    model.script.append(Reply(content="cut sho", finish_reason="length"))
+    response = client(gateway).responses.create(model="hermes-agent", input="say a lot")
+    assert (response.status, response.output_text) == ("incomplete", "cut sho")
+    assert response.incomplete_details is not None
+    assert response.incomplete_details.reason == "max_output_tokens"
+
+
 def test_store_false_is_neither_retrievable_nor_chainable(gateway: GatewayProcess) -> None:
     response = client(gateway).responses.create(model="hermes-agent", input="unstored",
                                                 store=False)

@@ -150,15 +150,15 @@ class _Answer:
     created_at: int
     request: ResponsesRequest
 
-    def body(self, status: str, text: str | None = None,
-             report: TurnReport | None = None) -> dict[str, Any]:
+    def body(self, report: TurnReport | None = None, text: str = "") -> dict[str, Any]:
+        """The response in progress (no ``report`` yet), or finished with ``text``."""
         incomplete = report is not None and report.finish_reason == "length"
-        if report is not None:
-            status = "incomplete" if incomplete else "completed"
-        output = [] if text is None else [self.message(text, status)]
+        status = ("in_progress" if report is None else
+                  "incomplete" if incomplete else "completed")
         return {
             "id": self.id, "object": "response", "created_at": self.created_at,
-            "status": status, "model": self.request.model, "output": output,
+            "status": status, "model": self.request.model,
+            "output": [] if report is None else [self.message(text, status)],
             "error": None,
             "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
             "instructions": self.request.instructions,
@@ -171,8 +171,7 @@ class _Answer:
 
     def message(self, text: str, status: str) -> dict[str, Any]:
         return {"type": "message", "id": self.message_id, "role": "assistant",
-                "status": "completed" if status == "completed" else status,
-                "content": [_part(text)]}
+                "status": status, "content": [_part(text)]}
 
 
 def _part(text: str) -> dict[str, Any]:
@@ -219,7 +218,7 @@ class ResponsesRoutes:
                          created_at=int(time.time()), request=parsed)
 
         async def keep(report: TurnReport, text: str) -> dict[str, Any]:
-            body = answer.body("completed", text, report)
+            body = answer.body(report, text)
             if parsed.store:
                 conversation = [*(client.history or []), {"role": "user", "content": parsed.text},
                                 {"role": "assistant", "content": text}]
@@ -286,8 +285,8 @@ class _ResponseEvents:
                 "Cache-Control": "no-cache"})
             await self.response.prepare(self._request)
             answer = self._answer
-            await self._event("response.created", response=answer.body("in_progress"))
-            await self._event("response.in_progress", response=answer.body("in_progress"))
+            await self._event("response.created", response=answer.body())
+            await self._event("response.in_progress", response=answer.body())
             await self._event("response.output_item.added", output_index=0,
                               item={**answer.message("", "in_progress"), "content": []})
             await self._event("response.content_part.added", **self._at(), part=_part(""))
