@@ -24,7 +24,8 @@ becomes the conversation's chat, as an HMAC tag (``caller-`` and 24 hex digits),
 session id its thread, so the routing key is ``agent:main:api_server:dm:<tag>:<session id>``
 and the sessions row records the tag as ``chat_id``: a session belongs to the caller that
 started it. A caller naming another caller's session id looks up its own key, finds nothing,
-and gets the same answer as for an id that does not exist (``unknown_session``).
+and gets the same answer as for an id that does not exist (``unknown_session``). The sessions
+API finds a caller's sessions by that ``chat_id`` (``caller_chat``).
 """
 
 from __future__ import annotations

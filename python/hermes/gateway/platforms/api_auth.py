@@ -9,8 +9,9 @@
   route has passed the key check). Together with a request's ``user`` field it is the
   identity conversations belong to (``hermes.gateway.client_turn``).
 * **Continuity.** Continuing a stored conversation with ``X-Hermes-Session-Id`` exposes its
-  history, so, as in hermes-agent, it needs a configured key (403 without one). Ids are
-  1-128 letters, digits or ``._:@-`` (400 otherwise).
+  history, so, as in hermes-agent, it needs a configured key (403 without one; ``require_key``),
+  and so does the sessions API, which serves stored transcripts. Ids are 1-128 letters, digits
+  or ``._:@-`` (400 otherwise; ``check_session_id``).
 """
 
 from __future__ import annotations
