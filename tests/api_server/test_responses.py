@@ -145,9 +145,19 @@ def test_a_chain_survives_a_restart_and_belongs_to_its_key(tmp_path: Path,
                                                            model: Model) -> None:
     home = tmp_path / "home"
     gateway = start(home, model)
-    first = client(gateway).responses.create(model="hermes-agent", input="chain start: 41")
-    second = client(gateway).responses.create(model="hermes-agent", input="plus one?",
-                                              previous_response_id=first.id)
+    raw_first = client(gateway).responses.with_raw_response.create(model="hermes-agent",
+                                                                   input="chain start: 41")
+    raw_second = client(gateway).responses.with_raw_response.create(
+        model="hermes-agent", input="plus one?", previous_response_id=raw_first.parse().id)
+    first, second = raw_first.parse(), raw_second.parse()
+    # The chain's turns are stored in one session, each message once.
+    session_id = raw_first.headers[SESSION_HEADER]
+    assert raw_second.headers[SESSION_HEADER] == session_id
+    with SessionDB(home / "state.db") as db:
+        rows = [(m["role"], m["content"]) for m in db.get_messages_as_conversation(session_id)
+                if m["role"] != "session_meta"]
+    assert rows == [("user", "chain start: 41"), ("assistant", first.output_text),
+                    ("user", "plus one?"), ("assistant", second.output_text)]
     assert model.received("plus one?") == [
         {"role": "user", "content": "chain start: 41"},
         {"role": "assistant", "content": first.output_text},
