@@ -22,26 +22,14 @@ from typing import Any
 import openai
 import pytest
 from gateway_process import GatewayProcess
-from support.fake_openai import FakeOpenAI, Reply, tool_call
+from support.fake_openai import NumberedAnswers as Model
+from support.fake_openai import Reply, tool_call
 
 from hermes.gateway.platforms.api_auth import SESSION_HEADER
 from hermes.state import SessionDB
 
 KEY = "responses-test-key"
 OTHER_KEY = "responses-test-other-key"
-
-
-class Model(FakeOpenAI):
-    def next_reply(self, body: dict[str, Any]) -> Reply:
-        if self.script:
-            return self.script.pop(0)
-        return Reply(content=f"answer {len(self.requests)}")
-
-    def received(self, text: str) -> list[dict[str, Any]]:
-        """The messages of the one request whose last message says ``text``."""
-        (seen,) = [r["messages"] for r in self.requests
-                   if r["messages"][-1].get("content") == text]
-        return list(seen)
 
 
 @pytest.fixture(scope="module")

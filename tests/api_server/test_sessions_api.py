@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from gateway_process import GatewayProcess
-from support.fake_openai import FakeOpenAI, Reply, tool_call
+from support.fake_openai import NumberedAnswers, Reply, tool_call
 
 from hermes.gateway.platforms.api_auth import SESSION_HEADER
 from hermes.state import SessionDB
@@ -26,16 +26,9 @@ KEY = "sessions-test-key"
 OTHER_KEY = "sessions-test-other-key"
 
 
-class Model(FakeOpenAI):
-    def next_reply(self, body: dict[str, Any]) -> Reply:
-        if self.script:
-            return self.script.pop(0)
-        return Reply(content=f"answer {len(self.requests)}")
-
+class Model(NumberedAnswers):
     def received(self, text: str) -> list[dict[str, Any]]:
-        (seen,) = [r["messages"] for r in self.requests
-                   if r["messages"][-1].get("content") == text]
-        return [m for m in seen if m["role"] != "system"]
+        return [m for m in super().received(text) if m["role"] != "system"]
 
 
 @pytest.fixture(scope="module")
