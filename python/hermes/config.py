@@ -12,6 +12,9 @@ names another)::
 
     state_db: ~/.hermes/state.db   # the session database of the gateway and the CLI
                                    # (default: $HERMES_HOME/state.db)
+    database:
+      url: postgresql://hermes:secret@db.local/hermes   # a PostgreSQL server instead of
+                                   # state_db (default: none; README, Limits)
     model:
       name: gpt-4o-mini            # the model to ask for (default: none; needed with an endpoint)
       base_url: http://127.0.0.1:11434/v1   # any OpenAI-compatible endpoint (default: none,
@@ -78,6 +81,7 @@ Environment variables (each names one key; a later line wins over an earlier one
     HERMES_GATEWAY_INTERRUPT_GRACE  gateway.interrupt_grace
     HERMES_GATEWAY_AGENT_FACTORY    gateway.agent_factory
     HERMES_GATEWAY_SYNCHRONOUS      gateway.synchronous
+    HERMES_DATABASE_URL             database.url
 
 A variable that is empty counts as unset (``OPENAI_API_KEY=`` leaves the file's key).
 
@@ -133,7 +137,8 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 __all__ = [
-    "ENVIRONMENT", "OFFLINE_MODEL", "AgentConfig", "ApiServerConfig", "HermesConfig",
+    "ENVIRONMENT", "OFFLINE_MODEL", "AgentConfig", "ApiServerConfig", "DatabaseConfig",
+    "HermesConfig",
     "ModelConfig", "TerminalToolConfig", "ToolsConfig", "config_path", "load_config",
 ]
 
@@ -198,6 +203,12 @@ class ApiServerConfig:
 
 
 @dataclass(frozen=True)
+class DatabaseConfig:
+    #: A ``postgresql://`` URL: the store lives on that server, not in ``state_db``.
+    url: str | None = None
+
+
+@dataclass(frozen=True)
 class HermesConfig:
     """The whole configuration. ``load_config`` gives ``gateway.state_db`` the top-level
     ``state_db``: the gateway and the CLI use one database."""
@@ -208,11 +219,17 @@ class HermesConfig:
     api_server: ApiServerConfig = field(default_factory=ApiServerConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     state_db: Path | None = None
+    database: DatabaseConfig = field(default_factory=DatabaseConfig)
 
     @property
     def db_path(self) -> Path:
-        """The session database this configuration points at."""
+        """The ``state.db`` file this configuration points at (unused with ``database.url``)."""
         return self.state_db if self.state_db is not None else state_db_path()
+
+    @property
+    def store_location(self) -> Path | str:
+        """Where the session store is: ``database.url`` if set, else ``db_path``."""
+        return self.database.url or self.db_path
 
 
 #: Environment variable -> dotted key, in the order they are applied (a later one wins).
@@ -230,6 +247,7 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("HERMES_GATEWAY_INTERRUPT_GRACE", "gateway.interrupt_grace"),
     ("HERMES_GATEWAY_AGENT_FACTORY", "gateway.agent_factory"),
     ("HERMES_GATEWAY_SYNCHRONOUS", "gateway.synchronous"),
+    ("HERMES_DATABASE_URL", "database.url"),
 )
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -272,8 +290,8 @@ def load_config(overrides: Mapping[str, object] | None = None) -> HermesConfig:
         if override is not None:
             document.set(key, override, _OVERRIDE)
     config = _build(HermesConfig, document.raw, document, prefix="")
-    return dataclasses.replace(
-        config, gateway=dataclasses.replace(config.gateway, state_db=config.state_db))
+    store = config.database.url or config.state_db
+    return dataclasses.replace(config, gateway=dataclasses.replace(config.gateway, state_db=store))
 
 
 def adapter_settings(cls: type[_T], extra: Mapping[str, object], *, where: str) -> _T:

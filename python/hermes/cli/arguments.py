@@ -36,6 +36,9 @@ def count(text: str) -> int:
 def add_db_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", type=Path, help="session database (default: state_db of "
                                                 "config.yaml, else $HERMES_HOME/state.db)")
+    parser.add_argument("--database-url", metavar="URL",
+                        help="a PostgreSQL session store, postgresql://USER@HOST/DB (default: "
+                             "HERMES_DATABASE_URL, else database.url of config.yaml)")
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:

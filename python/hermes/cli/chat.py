@@ -19,6 +19,7 @@ from hermes.cli.configuration import gateway_config, settings
 from hermes.cli.failures import CommandError
 from hermes.cli.output import console
 from hermes.cli.transcripts import content_text
+from hermes.paths import store_exists
 
 if TYPE_CHECKING:
     from hermes.gateway.config import GatewayConfig
@@ -74,7 +75,7 @@ def _switch_to(config: GatewayConfig, name: str, ident: str) -> None:
     from hermes.state import SessionDB
 
     path = config.state_db
-    if path is None or not path.exists():
+    if path is None or not store_exists(path):
         raise CommandError(f"no session database at {path}, so no session {ident!r} to "
                            "resume; start without --resume")
     source = chat_source(name)
@@ -96,7 +97,7 @@ def _show_where_we_are(config: GatewayConfig, name: str) -> None:
     path = config.state_db
     session: dict[str, Any] | None = None
     transcript: list[dict[str, Any]] = []
-    if path is not None and path.exists():
+    if path is not None and store_exists(path):
         with SessionDB(path) as db:
             store = SessionStore(db, config)
             entry = store.get_entry(store.session_key(chat_source(name)))

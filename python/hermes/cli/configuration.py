@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hermes.cli.failures import CommandError
 from hermes.config import HermesConfig, load_config
+from hermes.paths import store_exists
 
 if TYPE_CHECKING:  # imported where used: `hermes --help` should not load the gateway
     from hermes.gateway.config import GatewayConfig
@@ -30,9 +30,19 @@ def settings(args: argparse.Namespace, overrides: dict[str, object] | None = Non
         os.environ["HERMES_MODEL"] = args.model
     if args.base_url:
         os.environ["HERMES_BASE_URL"] = args.base_url
-    config = load_config({"state_db": str(args.db) if args.db else None, **(overrides or {})})
+    config = load_config({**store_flags(args), **(overrides or {})})
     config.model.resolved_name()
     return config
+
+
+def store_flags(args: argparse.Namespace) -> dict[str, object]:
+    """``--db`` and ``--database-url`` as overrides: either one wins over config.yaml and the
+    environment (``--db`` over a configured ``database.url`` too); both at once is an error."""
+    url = getattr(args, "database_url", None)
+    if args.db and url:
+        raise CommandError("--db and --database-url name two different stores; give one")
+    return {"state_db": str(args.db) if args.db else None,
+            "database.url": "" if args.db else url}
 
 
 def gateway_config(config: HermesConfig, platform: str, extra: dict[str, Any], *,
@@ -48,16 +58,16 @@ def gateway_config(config: HermesConfig, platform: str, extra: dict[str, Any], *
     platforms = {} if only else dict(gateway.platforms)
     platforms[chosen] = dataclasses.replace(
         configured, enabled=True, extra={**configured.extra, **extra})
-    return dataclasses.replace(gateway, platforms=platforms, state_db=config.db_path)
+    return dataclasses.replace(gateway, platforms=platforms, state_db=config.store_location)
 
 
 def open_db(args: argparse.Namespace) -> SessionDB:
-    """The session database of ``--db`` or the configuration; one that does not exist yet is
-    an error (reading commands must not create an empty one)."""
+    """The session store of ``--db``, ``--database-url`` or the configuration; a file that
+    does not exist yet is an error (reading commands must not create an empty one)."""
     from hermes.state import SessionDB
 
-    path: Path = args.db or load_config().db_path
-    if not path.exists():
-        raise CommandError(f"no session database at {path}; run the gateway or `hermes chat` "
-                           "first, or pass --db")
-    return SessionDB(path)
+    location = load_config(store_flags(args)).store_location
+    if not store_exists(location):
+        raise CommandError(f"no session database at {location}; run the gateway or `hermes "
+                           "chat` first, or pass --db or --database-url")
+    return SessionDB(location)

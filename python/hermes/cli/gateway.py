@@ -10,6 +10,7 @@ from rich.text import Text
 from hermes.cli.arguments import Commands, add_model_flags
 from hermes.cli.configuration import gateway_config, settings
 from hermes.cli.output import stderr_console
+from hermes.paths import shown_location
 
 
 def add_commands(commands: Commands) -> None:
@@ -40,5 +41,5 @@ def run_gateway(args: argparse.Namespace) -> int:
                                          else "offline: replies are echoes")
     stderr_console().print(Text(
         f"hermes gateway: http://{api_server.host}:{api_server.port}/v1  model "
-        f"{config.model.resolved_name()} ({endpoint})  db {config.db_path}"))
+        f"{config.model.resolved_name()} ({endpoint})  db {shown_location(config.store_location)}"))
     return asyncio.run(runner.run())

@@ -104,9 +104,9 @@ class GatewayConfig:
     thread_sessions_per_user: bool = False
     #: "module:callable" building agents instead of ``hermes.agent.AIAgent``.
     agent_factory: str | None = None
-    #: The session database (``load_config`` puts config.yaml's top-level ``state_db`` here);
-    #: ``None``: $HERMES_HOME/state.db.
-    state_db: Path | None = None
+    #: The session store (``load_config`` puts config.yaml's ``database.url`` or top-level
+    #: ``state_db`` here): a file, or a ``postgresql://`` URL; ``None``: $HERMES_HOME/state.db.
+    state_db: Path | str | None = None
     #: "FULL": every commit is fsync'd (survives power loss); "NORMAL": not, so it survives
     #: a crash of the process but may lose the last commits on power loss. At NORMAL a first
     #: turn's ``session_meta`` commit is cheap enough to run on the event loop.

@@ -211,7 +211,7 @@ class SessionStore:
                 # One unreadable entry must not take every conversation down; its chat
                 # starts a new conversation, which overwrites the entry.
                 logger.warning("ignoring unreadable routing entry %r in %s: %s", key,
-                               self._state_db.db_path, exc)
+                               self._state_db.location, exc)
         return entries
 
     def _persist(self, keys: Iterable[str]) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from hermes._core import Store
-from hermes.paths import state_db_path
+from hermes.paths import is_database_url, state_db_path
 
 Synchronous = Literal["FULL", "NORMAL"]
 
@@ -27,7 +27,8 @@ _Face = TypeVar("_Face", bound="StoreFace")
 
 
 class StoreFace:
-    """An open ``state.db``: the file, its durability and the Rust store behind it."""
+    """An open store: a ``state.db`` file or a ``postgresql://`` URL, its durability and the
+    Rust store behind it."""
 
     def __init__(
         self,
@@ -36,12 +37,20 @@ class StoreFace:
         synchronous: Synchronous = "FULL",
         busy_budget: float = 10.0,
     ) -> None:
-        self.db_path = Path(db_path) if db_path is not None else state_db_path()
+        location: str | Path = db_path if db_path is not None else state_db_path()
+        #: The file; for a server, its URL as given (password included: shown nowhere).
+        self.db_path: Path | str = location if is_database_url(location) else Path(location)
         self.synchronous = synchronous
         self._store = Store(self.db_path, synchronous=synchronous, busy_budget=busy_budget)
 
+    @property
+    def location(self) -> str:
+        """Where the store is, printable: a file's path, or a server's URL without its
+        password."""
+        return self._store.location
+
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({str(self.db_path)!r}, synchronous={self.synchronous!r})"
+        return f"{type(self).__name__}({self.location!r}, synchronous={self.synchronous!r})"
 
     def __enter__(self: _Face) -> _Face:
         return self
