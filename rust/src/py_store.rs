@@ -410,9 +410,9 @@ impl Store {
     }
 
     /// The live `message_count` (None if the session does not exist).
-    fn message_count(&self, py: Python<'_>, session_id: &str) -> PyResult<Option<i64>> {
+    fn live_message_count(&self, py: Python<'_>, session_id: &str) -> PyResult<Option<i64>> {
         let backend = &*self.backend;
-        Ok(py.detach(|| backend.message_count(session_id))?)
+        Ok(py.detach(|| backend.live_message_count(session_id))?)
     }
 
     /// How many message rows this store has committed to the session since

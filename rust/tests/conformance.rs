@@ -152,7 +152,7 @@ fn a_session_is_created_once_and_merges_later_columns() {
         assert_eq!(session_value(&*db, "s", "title"), text("Trip"));
         assert_eq!(session_value(&*db, "s", "message_count"), Value::Integer(0));
         assert_eq!(db.session("none").unwrap().row_count(), 0);
-        assert_eq!(db.message_count("none").unwrap(), None);
+        assert_eq!(db.live_message_count("none").unwrap(), None);
     });
 }
 
@@ -177,7 +177,7 @@ fn appended_messages_come_back_in_id_order_and_the_count_is_the_active_rows() {
             first[0] < more[0] && more[0] < more[1],
             "{first:?} {more:?}"
         );
-        assert_eq!(db.message_count("s").unwrap(), Some(3));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(3));
         assert_eq!(db.own_appends("s"), 3);
         assert_eq!(
             column(&db.messages("s", false).unwrap(), "content"),
@@ -202,7 +202,7 @@ fn appended_messages_come_back_in_id_order_and_the_count_is_the_active_rows() {
         })
         .unwrap();
         assert_eq!(seen, 503);
-        assert_eq!(db.message_count("s").unwrap(), Some(503));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(503));
     });
 }
 
@@ -231,7 +231,7 @@ fn a_once_key_appends_once() {
         };
         assert!(matches!(db.write(op()).unwrap(), WriteOut::Ids(ids) if ids.len() == 1));
         assert_eq!(db.write(op()).unwrap(), WriteOut::Ids(vec![]));
-        assert_eq!(db.message_count("s").unwrap(), Some(1));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(1));
     });
 }
 
@@ -246,7 +246,7 @@ fn a_write_now_commits_when_nothing_else_writes() {
             once_key: None,
         };
         assert!(matches!(db.write_now(op).unwrap(), WriteOut::Ids(ids) if ids.len() == 1));
-        assert_eq!(db.message_count("s").unwrap(), Some(1));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(1));
     });
 }
 
@@ -315,7 +315,7 @@ fn rewinding_and_deleting_messages_keep_the_count_at_the_active_rows() {
             vec![("active", Assign::Value(Value::Integer(0)))],
         );
         assert_eq!(db.write(rewind).unwrap(), WriteOut::Rows(3));
-        assert_eq!(db.message_count("s").unwrap(), Some(2));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(2));
         assert_eq!(db.messages("s", false).unwrap().row_count(), 2);
         assert_eq!(db.messages("s", true).unwrap().row_count(), 5);
         let restore = set(
@@ -324,7 +324,7 @@ fn rewinding_and_deleting_messages_keep_the_count_at_the_active_rows() {
             vec![("active", Assign::Value(Value::Integer(1)))],
         );
         db.write(restore).unwrap();
-        assert_eq!(db.message_count("s").unwrap(), Some(5));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(5));
         let first_two = WriteOp::Delete(Delete {
             relation: Relation::Messages,
             filter: Filter::In(
@@ -333,9 +333,9 @@ fn rewinding_and_deleting_messages_keep_the_count_at_the_active_rows() {
             ),
         });
         assert_eq!(db.write(first_two).unwrap(), WriteOut::Rows(2));
-        assert_eq!(db.message_count("s").unwrap(), Some(3));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(3));
         assert_eq!(
-            db.message_count("t").unwrap(),
+            db.live_message_count("t").unwrap(),
             Some(1),
             "another session untouched"
         );
@@ -607,12 +607,12 @@ fn a_transaction_writes_all_or_nothing() {
             .unwrap_err();
         assert!(matches!(err, Error::SessionNotFound { .. }));
         assert_eq!(session_value(&*db, "s", "title"), Value::Null);
-        assert_eq!(db.message_count("s").unwrap(), Some(0));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(0));
         assert_eq!(db.own_appends("s"), 0);
         let out = db.write(WriteOp::Transaction(vec![title, add])).unwrap();
         assert!(matches!(&out, WriteOut::Many(outs) if outs.len() == 2));
         assert_eq!(out.rows(), 2);
-        assert_eq!(db.message_count("s").unwrap(), Some(1));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(1));
         assert_eq!(db.own_appends("s"), 1);
     });
 }
@@ -754,7 +754,7 @@ fn another_handles_commits_are_foreign_and_counted_live() {
         append(&*b, "s", vec![message("user", "theirs", 1.0)]).unwrap();
         assert!(a.foreign_commit_since_last_look().unwrap());
         assert!(!a.foreign_commit_since_last_look().unwrap());
-        assert_eq!(a.message_count("s").unwrap(), Some(2));
+        assert_eq!(a.live_message_count("s").unwrap(), Some(2));
         assert_eq!((a.own_appends("s"), b.own_appends("s")), (1, 1));
     });
 }
@@ -788,14 +788,14 @@ fn a_closed_store_refuses_every_operation_and_keeps_its_data() {
         let closed =
             |r: Result<(), Error>| assert!(matches!(r, Err(Error::Closed { .. })), "{r:?}");
         closed(append(&*db, "s", vec![message("user", "x", 1.0)]).map(drop));
-        closed(db.message_count("s").map(drop));
+        closed(db.live_message_count("s").map(drop));
         closed(db.session("s").map(drop));
         closed(db.query(&Query::all(Relation::Sessions)).map(drop));
         closed(db.count(Relation::Sessions, &Filter::All).map(drop));
         closed(db.foreign_commit_since_last_look().map(drop));
         closed(db.search("kept", &Page::default()).map(drop));
         let again = open();
-        assert_eq!(again.message_count("s").unwrap(), Some(1));
+        assert_eq!(again.live_message_count("s").unwrap(), Some(1));
         assert_eq!(
             column(&again.messages("s", false).unwrap(), "content"),
             [text("kept")]

@@ -147,7 +147,7 @@ impl Backend for SqliteBackend {
         self.session_row(id)
     }
 
-    fn message_count(&self, id: &str) -> Result<Option<i64>> {
+    fn live_message_count(&self, id: &str) -> Result<Option<i64>> {
         self.live_message_count(id)
     }
 
