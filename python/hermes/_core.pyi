@@ -58,7 +58,9 @@ _Relation: TypeAlias = Literal["sessions", "messages", "gateway_routing", "state
 #: A value a filter compares with.
 _Scalar: TypeAlias = str | int | float | bytes | None
 #: A filter: a tree of tuples on column names (a name may also be a derived value of the
-#: relation: ``preview`` and ``last_active`` of sessions).
+#: relation, of sessions: ``preview``, ``last_active``, ``listed``, ``delegate_from``,
+#: ``chain_last_active``, ``chain_ids``, ``chain_titles``, ``chain_titles_compact``,
+#: ``total_tokens``, ``cost_usd``; see ``rust/src/store/query.rs``).
 _Filter: TypeAlias = (
     tuple[Literal["=", "!=", "<", "<=", ">", ">="], str, _Scalar]
     | tuple[Literal["in"], str, Iterable[_Scalar] | Select]
@@ -217,4 +219,6 @@ class Store:
     def delete_routing(self, session_keys: Sequence[str], scope: str = "") -> None: ...
     def get_meta(self, key: str) -> str | None: ...
     def set_meta(self, key: str, value: str) -> None: ...
+    def vacuum(self) -> None:
+        """A truncating WAL checkpoint, then ``VACUUM``: the file shrinks to its rows."""
     def close(self) -> None: ...

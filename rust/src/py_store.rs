@@ -613,6 +613,12 @@ impl Store {
     }
 
     /// Closes every connection; later calls raise `DatabaseClosedError`.
+    /// A truncating WAL checkpoint, then `VACUUM`: the file shrinks to its rows.
+    fn vacuum(&self, py: Python<'_>) -> PyResult<()> {
+        let backend = &*self.backend;
+        Ok(py.detach(|| backend.vacuum())?)
+    }
+
     fn close(&self, py: Python<'_>) {
         let backend = &*self.backend;
         py.detach(|| backend.close());

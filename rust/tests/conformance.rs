@@ -538,6 +538,152 @@ fn queries_filter_order_page_and_derive() {
 }
 
 #[test]
+fn lineage_and_upkeep_values_are_derived_per_session() {
+    on_every_backend(|open| {
+        let db = open();
+        // root -> cont (a compression continuation) -> tip; a branch, a
+        // delegate run and a plain child of root; a row with broken JSON.
+        for (id, started) in [
+            ("root", 1.0),
+            ("cont", 2.0),
+            ("tip", 3.0),
+            ("branch", 4.0),
+            ("delegate", 5.0),
+            ("child", 6.0),
+            ("broken", 7.0),
+        ] {
+            create(&*db, id, "cli", started);
+        }
+        let assign = |id: &str, values: Vec<(&str, Value)>| {
+            db.write(set(
+                Relation::Sessions,
+                Filter::eq("id", id),
+                values
+                    .into_iter()
+                    .map(|(c, v)| (c, Assign::Value(v)))
+                    .collect(),
+            ))
+            .unwrap();
+        };
+        let compressed = || text("compression");
+        assign(
+            "root",
+            vec![("end_reason", compressed()), ("title", text("AN-94 plan"))],
+        );
+        assign(
+            "cont",
+            vec![
+                ("parent_session_id", text("root")),
+                ("end_reason", compressed()),
+            ],
+        );
+        assign(
+            "tip",
+            vec![("parent_session_id", text("cont")), ("title", text("Tip"))],
+        );
+        assign(
+            "branch",
+            vec![
+                ("parent_session_id", text("root")),
+                ("model_config", text(r#"{"_branched_from": "root"}"#)),
+            ],
+        );
+        assign(
+            "delegate",
+            vec![
+                ("parent_session_id", text("root")),
+                ("model_config", text(r#"{"_delegate_from": "root"}"#)),
+                ("input_tokens", Value::Integer(5)),
+                ("output_tokens", Value::Integer(7)),
+                ("estimated_cost_usd", Value::Real(0.5)),
+            ],
+        );
+        assign("child", vec![("parent_session_id", text("tip"))]);
+        assign("broken", vec![("model_config", text("{not json"))]);
+        append(&*db, "tip", vec![message("user", "late", 50.0)]).unwrap();
+        let derived = |d: Derived| {
+            let query = Query {
+                select: vec![Term::Column("id".into()), Term::Derived(d)],
+                ..sessions_query(Filter::All)
+            };
+            column(&db.query(&query).unwrap(), d.name())
+        };
+        // Ids in order: branch, broken, child, cont, delegate, root, tip.
+        let ints = |v: &[i64]| v.iter().map(|&n| Value::Integer(n)).collect::<Vec<_>>();
+        assert_eq!(derived(Derived::Listed), ints(&[1, 1, 0, 0, 0, 1, 0]));
+        assert_eq!(
+            derived(Derived::DelegateFrom),
+            [
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                text("root"),
+                Value::Null,
+                Value::Null
+            ]
+        );
+        assert_eq!(
+            derived(Derived::ChainLastActive)[5..],
+            [Value::Real(50.0), Value::Real(50.0)]
+        );
+        assert_eq!(derived(Derived::ChainLastActive)[0], Value::Real(4.0));
+        assert_eq!(
+            derived(Derived::ChainIds)[5],
+            text("root\u{1f}cont\u{1f}tip")
+        );
+        assert_eq!(
+            derived(Derived::ChainTitles)[5],
+            text("an-94 plan\u{1f}\u{1f}tip")
+        );
+        assert_eq!(
+            derived(Derived::ChainTitlesCompact)[5],
+            text("an94plan\u{1f}\u{1f}tip")
+        );
+        assert_eq!(derived(Derived::TotalTokens)[4], Value::Integer(12));
+        assert_eq!(derived(Derived::CostUsd)[4], Value::Real(0.5));
+        assert_eq!(derived(Derived::CostUsd)[0], Value::Integer(0));
+        // A chain that loops ends.
+        assign("root", vec![("parent_session_id", text("cont"))]);
+        assert_eq!(
+            derived(Derived::ChainIds)[5],
+            text("root\u{1f}cont\u{1f}tip")
+        );
+        // Listing filters on a derived value.
+        let listed = Filter::Compare(Term::Derived(Derived::Listed), Cmp::Eq, Value::Integer(1));
+        assert_eq!(db.count(Relation::Sessions, &listed).unwrap(), 2);
+    });
+}
+
+#[test]
+fn vacuum_keeps_every_row_and_the_store_writes_on() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "cli", 1.0);
+        let big = "x".repeat(4000);
+        let rows = (0..200)
+            .map(|i| message("user", &big, f64::from(i)))
+            .collect();
+        append(&*db, "s", rows).unwrap();
+        create(&*db, "kept", "cli", 2.0);
+        append(&*db, "kept", vec![message("user", "kept", 1.0)]).unwrap();
+        db.write(WriteOp::Delete(Delete {
+            relation: Relation::Messages,
+            filter: Filter::eq("session_id", "s"),
+        }))
+        .unwrap();
+        db.vacuum().unwrap();
+        assert_eq!(db.live_message_count("s").unwrap(), Some(0));
+        assert_eq!(
+            column(&db.messages("kept", false).unwrap(), "content"),
+            [text("kept")]
+        );
+        append(&*db, "s", vec![message("user", "after", 1.0)]).unwrap();
+        assert_eq!(db.live_message_count("s").unwrap(), Some(1));
+    });
+}
+
+#[test]
 fn the_session_list_is_newest_first_by_source_in_pages() {
     on_every_backend(|open| {
         let db = open();
@@ -794,6 +940,7 @@ fn a_closed_store_refuses_every_operation_and_keeps_its_data() {
         closed(db.count(Relation::Sessions, &Filter::All).map(drop));
         closed(db.foreign_commit_since_last_look().map(drop));
         closed(db.search("kept", &Page::default()).map(drop));
+        closed(db.vacuum());
         let again = open();
         assert_eq!(again.live_message_count("s").unwrap(), Some(1));
         assert_eq!(

@@ -156,6 +156,9 @@ pub trait Backend: Send + Sync {
     /// Full-text search, with the query syntax of SQLite's FTS5.
     fn search(&self, query: &str, page: &Page) -> Result<Table>;
     fn has_platform_message_id(&self, session_id: &str, platform_message_id: &str) -> Result<bool>;
+    /// Gives the space of deleted rows back to the file system (SQLite: a
+    /// truncating WAL checkpoint, `VACUUM`, another checkpoint), between writes.
+    fn vacuum(&self) -> Result<()>;
     fn close(&self);
 }
 
