@@ -54,7 +54,14 @@ class SessionNotFoundError(HermesError): ...
 class ConfigError(HermesError): ...
 
 #: The relations the typed operations name.
-_Relation: TypeAlias = Literal["sessions", "messages", "gateway_routing", "state_meta"]
+_Relation: TypeAlias = Literal[
+    "sessions",
+    "messages",
+    "gateway_routing",
+    "state_meta",
+    "compression_locks",
+    "session_model_usage",
+]
 #: A value a filter compares with.
 _Scalar: TypeAlias = str | int | float | bytes | None
 #: A filter: a tree of tuples on column names (a name may also be a derived value of the
@@ -114,7 +121,8 @@ class Insert:
 
 @final
 class Update:
-    """Sets (``set``) and increments (``add``) columns of the rows ``where`` matches."""
+    """Sets (``set``), increments (``add``) and fills the NULL ones of (``fill_nulls``)
+    columns of the rows ``where`` matches."""
 
     def __new__(
         cls,
@@ -122,7 +130,8 @@ class Update:
         where: _Filter,
         set: Mapping[str, Any] | None = None,
         *,
-        add: Mapping[str, int] | None = None,
+        add: Mapping[str, int | float] | None = None,
+        fill_nulls: Mapping[str, Any] | None = None,
         must_match: bool = False,
     ) -> Update: ...
 

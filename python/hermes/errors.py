@@ -2,7 +2,7 @@
 
 They are defined by the Rust core (so storage failures map to them in one
 place, ``rust/src/exceptions.rs``) and re-exported here as the public names, all but
-``InvalidSettingError``, which only Python raises::
+the ones only Python raises (``InvalidSettingError``, the title errors)::
 
     HermesError
     ├── StateDbError                 the session database failed an operation
@@ -15,6 +15,8 @@ place, ``rust/src/exceptions.rs``) and re-exported here as the public names, all
     │   └── DatabaseClosedError      used after close()
     ├── MessageEncodeError           a message could not become a row
     ├── SessionNotFoundError         unknown session id
+    ├── InvalidTitleError            a session title too long to keep (also a ValueError)
+    │   └── TitleInUseError          another session has that title
     └── ConfigError                  bad config.yaml / environment / flags
         └── InvalidSettingError      a setting's value fails its section's own check
 
@@ -44,11 +46,13 @@ __all__ = [
     "DatabaseLockedError",
     "DiskFullError",
     "HermesError",
+    "InvalidTitleError",
     "MessageEncodeError",
     "NotADatabaseError",
     "ReadOnlyDatabaseError",
     "SessionNotFoundError",
     "StateDbError",
+    "TitleInUseError",
     "WriterBusyError",
 ]
 
@@ -61,3 +65,20 @@ class InvalidSettingError(ConfigError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(message)
         self.key = key
+
+
+class InvalidTitleError(HermesError, ValueError):
+    """A session title that cannot be kept (too long once cleaned). A ``ValueError`` too, as
+    hermes-agent raises one."""
+
+
+class TitleInUseError(InvalidTitleError):
+    """Another session already has the title: titles are unique (``holder`` has it)."""
+
+    def __init__(self, title: str, session_id: str, holder: str) -> None:
+        super().__init__(
+            f"Title {title!r} is already in use by session {holder}; choose another title "
+            f"for session {session_id} (or rename {holder} first)"
+        )
+        self.title = title
+        self.holder = holder

@@ -14,14 +14,18 @@ pub enum Relation {
     Messages,
     GatewayRouting,
     StateMeta,
+    CompressionLocks,
+    SessionModelUsage,
 }
 
 impl Relation {
-    pub const ALL: [Relation; 4] = [
+    pub const ALL: [Relation; 6] = [
         Relation::Sessions,
         Relation::Messages,
         Relation::GatewayRouting,
         Relation::StateMeta,
+        Relation::CompressionLocks,
+        Relation::SessionModelUsage,
     ];
 
     /// The table's name, the same in every backend.
@@ -31,6 +35,8 @@ impl Relation {
             Relation::Messages => "messages",
             Relation::GatewayRouting => "gateway_routing",
             Relation::StateMeta => "state_meta",
+            Relation::CompressionLocks => "compression_locks",
+            Relation::SessionModelUsage => "session_model_usage",
         }
     }
 
@@ -54,6 +60,15 @@ impl Relation {
             Relation::Sessions | Relation::Messages => &["id"],
             Relation::GatewayRouting => &["scope", "session_key"],
             Relation::StateMeta => &["key"],
+            Relation::CompressionLocks => &["session_id"],
+            Relation::SessionModelUsage => &[
+                "session_id",
+                "model",
+                "billing_provider",
+                "billing_base_url",
+                "billing_mode",
+                "task",
+            ],
         }
     }
 
@@ -64,7 +79,10 @@ impl Relation {
         match self {
             Relation::Sessions => &["message_count", "tool_call_count"],
             Relation::Messages => &["session_id"],
-            Relation::GatewayRouting | Relation::StateMeta => &[],
+            Relation::GatewayRouting
+            | Relation::StateMeta
+            | Relation::CompressionLocks
+            | Relation::SessionModelUsage => &[],
         }
     }
 
