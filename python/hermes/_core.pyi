@@ -61,6 +61,7 @@ _Relation: TypeAlias = Literal[
     "state_meta",
     "compression_locks",
     "session_model_usage",
+    "hermes_responses",
 ]
 #: A value a filter compares with.
 _Scalar: TypeAlias = str | int | float | bytes | None

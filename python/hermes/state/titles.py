@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -23,6 +24,10 @@ _WHITESPACE = re.compile(r"\s+")
 _NUMBERED = re.compile(r"^(.*?) #(\d+)$")
 # A compression chain deeper than this is a cycle or damage, not a conversation.
 _MAX_CHAIN = 100
+# How far a resume follows the newest children looking for the latest messages.
+_MAX_RESUME_WALK = 32
+# What a continuation candidate is ranked by.
+_CHILD_COLUMNS = ["id", "source", "model_config", "end_reason", "ended_at", "started_at", "last_active"]
 
 
 def like_literal(text: str) -> str:
@@ -169,6 +174,158 @@ class Titles(StoreFace):
         return f"{base} #{highest + 1}"
 
 
+    def resolve_session_id(self, session_id_or_prefix: str) -> str | None:
+        """The id itself if there is such a session, else the one session whose id starts
+        with it; None when none does or several do."""
+        if self._store.count("sessions", ("=", "id", session_id_or_prefix)):
+            return session_id_or_prefix
+        rows = self._store.query(
+            "sessions",
+            columns=["id"],
+            where=("like", "id", f"{like_literal(session_id_or_prefix)}%"),
+            order_by=["-started_at"],
+            limit=2,
+        )
+        return str(rows[0]["id"]) if len(rows) == 1 else None
+
+    def get_compression_tip(self, session_id: str) -> str | None:
+        """The latest continuation of the session's compression chain: from each session
+        ended by compression, to its child that continues it (not a branch, a subagent or a
+        tool run; one itself compressed or still live before a closed one, then the most
+        recently active). The id itself when nothing continues it."""
+        current = session_id
+        seen = {current}
+        for _ in range(_MAX_CHAIN):
+            if not self._store.count(
+                "sessions", all_of(("=", "id", current), ("=", "end_reason", "compression"))
+            ):
+                return current
+            children = self._store.query(
+                "sessions", columns=_CHILD_COLUMNS, where=("=", "parent_session_id", current)
+            )
+            continuing = [c for c in children if not _is_side_child(c)]
+            if not continuing:
+                return current
+            # Stable sorts: the last key is the first one.
+            continuing.sort(key=lambda c: str(c["id"]), reverse=True)
+            continuing.sort(key=lambda c: (_continuation_rank(c), -c["last_active"], -c["started_at"]))
+            tip = str(continuing[0]["id"])
+            if tip in seen:
+                return current
+            seen.add(tip)
+            current = tip
+        return current
+
+    def get_compression_lineage(self, session_id: str) -> list[str]:
+        """The ids of the session's compression chain, oldest first, from its first
+        predecessor to the continuation after it (through every later one while they were
+        compressed). ``[session_id]`` for a session outside any chain (a branch, say), ``[]``
+        when there is no such session."""
+        session = self._store.get_session(session_id)
+        if session is None:
+            return []
+        if _is_branch(session):
+            return [session_id]
+        root = session
+        ancestors = {root["id"]}
+        while (parent := self._compression_parent(root)) is not None and parent["id"] not in ancestors:
+            root = parent
+            ancestors.add(root["id"])
+        lineage = [str(root["id"])]
+        current = root
+        while current.get("end_reason") == "compression":
+            children = self._store.query(
+                "sessions", where=("=", "parent_session_id", current["id"]), order_by=["started_at"]
+            )
+            following = next((c for c in children if not _is_branch(c)), None)
+            if following is None or following["id"] in lineage:
+                break
+            lineage.append(str(following["id"]))
+            current = following
+        return lineage if session_id in lineage else [session_id]
+
+    def get_conversation_root(self, session_id: str) -> str:
+        """The first session up the session's parent links (compression predecessors and
+        the sessions that spawned subagents alike): the conversation's one stable id. The id
+        itself when it has no parent."""
+        root = session_id
+        seen = {root}
+        for _ in range(_MAX_CHAIN):
+            rows = self._store.query("sessions", columns=["parent_session_id"], where=("=", "id", root))
+            parent = rows[0]["parent_session_id"] if rows else None
+            if not parent or parent in seen:
+                break
+            seen.add(parent)
+            root = parent
+        return root
+
+    def resolve_resume_session_id(self, session_id: str) -> str:
+        """The session a resume of ``session_id`` should load: from the tip of its
+        compression chain, down the newest children (not branches, subagents or tool runs),
+        the last one holding messages; the id itself if none of them has any."""
+        if not session_id:
+            return session_id
+        start = self.get_compression_tip(session_id) or session_id
+        current, holding = start, None
+        seen = {current}
+        for _ in range(_MAX_RESUME_WALK):
+            if self._store.query("messages", columns=["id"], where=("=", "session_id", current), limit=1):
+                holding = current
+            children = self._store.query(
+                "sessions",
+                columns=["id", "source", "model_config"],
+                where=("=", "parent_session_id", current),
+                order_by=["-started_at", "-id"],
+            )
+            child = next((c for c in children if not _is_side_child(c)), None)
+            if child is None or child["id"] in seen:
+                break
+            current = str(child["id"])
+            seen.add(current)
+        return holding if holding is not None else start
+
+    def _compression_parent(self, session: dict[str, Any]) -> dict[str, Any] | None:
+        """The session's parent if it continues it after a compression (a branch does not)."""
+        parent_id = session.get("parent_session_id")
+        if not parent_id or _is_branch(session):
+            return None
+        parent = self._store.get_session(parent_id)
+        return parent if parent is not None and parent.get("end_reason") == "compression" else None
+
+
+def _model_config(row: dict[str, Any]) -> dict[str, Any]:
+    raw = row.get("model_config")
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def _is_branch(row: dict[str, Any]) -> bool:
+    """A ``/branch`` copy of its parent, not a continuation."""
+    return _model_config(row).get("_branched_from") is not None
+
+
+def _is_side_child(row: dict[str, Any]) -> bool:
+    """A child that does not continue its parent's conversation: a branch, a subagent
+    (``_delegate_from``) or a tool's own session."""
+    config = _model_config(row)
+    return (
+        config.get("_branched_from") is not None
+        or config.get("_delegate_from") is not None
+        or row.get("source") == "tool"
+    )
+
+
+def _continuation_rank(row: dict[str, Any]) -> int:
+    """Compressed itself first (the chain goes on), then live, then closed otherwise."""
+    if row.get("end_reason") == "compression":
+        return 0
+    return 1 if row.get("ended_at") is None else 2
+
+
 class AsyncTitles(AsyncFace):
     set_session_title = offloaded(Titles.set_session_title)
     set_auto_title_if_empty = offloaded(Titles.set_auto_title_if_empty)
@@ -176,3 +333,8 @@ class AsyncTitles(AsyncFace):
     get_session_by_title = offloaded(Titles.get_session_by_title)
     resolve_session_by_title = offloaded(Titles.resolve_session_by_title)
     get_next_title_in_lineage = offloaded(Titles.get_next_title_in_lineage)
+    resolve_session_id = offloaded(Titles.resolve_session_id)
+    get_compression_tip = offloaded(Titles.get_compression_tip)
+    get_compression_lineage = offloaded(Titles.get_compression_lineage)
+    get_conversation_root = offloaded(Titles.get_conversation_root)
+    resolve_resume_session_id = offloaded(Titles.resolve_resume_session_id)

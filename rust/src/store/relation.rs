@@ -16,16 +16,20 @@ pub enum Relation {
     StateMeta,
     CompressionLocks,
     SessionModelUsage,
+    /// Ours: the api_server's stored `/v1/responses` answers (hermes-agent keeps
+    /// them in a file of their own; it never reads or writes this table).
+    Responses,
 }
 
 impl Relation {
-    pub const ALL: [Relation; 6] = [
+    pub const ALL: [Relation; 7] = [
         Relation::Sessions,
         Relation::Messages,
         Relation::GatewayRouting,
         Relation::StateMeta,
         Relation::CompressionLocks,
         Relation::SessionModelUsage,
+        Relation::Responses,
     ];
 
     /// The table's name, the same in every backend.
@@ -37,6 +41,7 @@ impl Relation {
             Relation::StateMeta => "state_meta",
             Relation::CompressionLocks => "compression_locks",
             Relation::SessionModelUsage => "session_model_usage",
+            Relation::Responses => "hermes_responses",
         }
     }
 
@@ -57,7 +62,7 @@ impl Relation {
     /// same key conflicts with it.
     pub fn key(self) -> &'static [&'static str] {
         match self {
-            Relation::Sessions | Relation::Messages => &["id"],
+            Relation::Sessions | Relation::Messages | Relation::Responses => &["id"],
             Relation::GatewayRouting => &["scope", "session_key"],
             Relation::StateMeta => &["key"],
             Relation::CompressionLocks => &["session_id"],
@@ -82,7 +87,8 @@ impl Relation {
             Relation::GatewayRouting
             | Relation::StateMeta
             | Relation::CompressionLocks
-            | Relation::SessionModelUsage => &[],
+            | Relation::SessionModelUsage
+            | Relation::Responses => &[],
         }
     }
 

@@ -21,6 +21,7 @@ pub fn columns() -> Columns {
             Relation::StateMeta => vec!["key", "value"],
             Relation::CompressionLocks => vec!["session_id", "holder", "expires_at"],
             Relation::SessionModelUsage => vec!["session_id", "model", "input_tokens"],
+            Relation::Responses => vec!["id", "caller", "response_json"],
         }
         .into_iter()
         .map(String::from)
