@@ -20,13 +20,6 @@ _RECOVERABLE_END_REASONS = ("agent_close", "ws_orphan_reap")
 _GHOST_AGE = 86400.0
 #: A compression continuation that never made an API call this long is an orphan.
 _ORPHAN_AGE = 7 * 86400.0
-_TOKEN_COLUMNS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "reasoning_tokens",
-)
 
 
 class Sessions(StoreFace):
@@ -234,26 +227,27 @@ class Sessions(StoreFace):
         same transaction.
         """
         now = time.time()
-        tokens = dict(
-            zip(
-                _TOKEN_COLUMNS,
-                (input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens),
-                strict=True,
-            )
+        tokens = _token_columns(
+            input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens
         )
-        accounted = bool(any(tokens.values()) or api_call_count or estimated_cost_usd or actual_cost_usd)
+        accounted = bool(
+            any(tokens.values()) or api_call_count or estimated_cost_usd or actual_cost_usd
+        )
         session = self.get_session(session_id)
         this: Filter = ("=", "id", session_id)
         ops: list[Insert | Update] = [
-            Insert("sessions", _fresh_session(session_id, now, model=model), on_conflict="fill_nulls")
+            Insert(
+                "sessions", _fresh_session(session_id, now, model=model), on_conflict="fill_nulls"
+            )
         ]
         if accounted and model and billing_provider:
             first_call = any_of(("is null", "api_call_count"), ("=", "api_call_count", 0))
             other_route = any_of(
-                    ("is null", "model"),
-                    ("!=", "model", model),
-                    ("is null", "billing_provider"),
-                    ("!=", "billing_provider", billing_provider))
+                ("is null", "model"),
+                ("!=", "model", model),
+                ("is null", "billing_provider"),
+                ("!=", "billing_provider", billing_provider),
+            )
             route = {
                 "model": model,
                 "billing_provider": billing_provider,
@@ -344,12 +338,8 @@ class Sessions(StoreFace):
         if not session_id or not task:
             return
         now = time.time()
-        counts = dict(
-            zip(
-                _TOKEN_COLUMNS,
-                (input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens),
-                strict=True,
-            )
+        counts = _token_columns(
+            input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens
         )
         self._store.write(
             [
@@ -357,7 +347,13 @@ class Sessions(StoreFace):
                 *_model_usage(
                     session_id,
                     now,
-                    route=(model or "unknown", billing_provider or "", billing_base_url or "", "", task),
+                    route=(
+                        model or "unknown",
+                        billing_provider or "",
+                        billing_base_url or "",
+                        "",
+                        task,
+                    ),
                     counts={**counts, "api_call_count": 1},
                     costs=(estimated_cost_usd, None),
                     latest={},
@@ -370,11 +366,12 @@ class Sessions(StoreFace):
         over a day ago; and their transcript files in ``sessions_dir`` if given. Returns
         how many sessions it deleted."""
         ghost = all_of(
-                ("=", "source", "tui"),
-                ("is null", "title"),
-                ("is not null", "ended_at"),
-                ("<", "started_at", time.time() - _GHOST_AGE),
-                ("not", ("in", "id", Select("messages", "session_id"))))
+            ("=", "source", "tui"),
+            ("is null", "title"),
+            ("is not null", "ended_at"),
+            ("<", "started_at", time.time() - _GHOST_AGE),
+            ("not", ("in", "id", Select("messages", "session_id"))),
+        )
         ids = [row["id"] for row in self._store.query("sessions", columns=["id"], where=ghost)]
         if not ids:
             return 0
@@ -390,14 +387,21 @@ class Sessions(StoreFace):
         compression, with messages but no API call and never ended. Returns how many."""
         compressed = all_of(("=", "end_reason", "compression"), ("is not null", "ended_at"))
         orphan = all_of(
-                ("=", "api_call_count", 0),
-                ("is null", "end_reason"),
-                ("is null", "ended_at"),
-                ("<", "started_at", time.time() - _ORPHAN_AGE),
-                ("in", "parent_session_id", Select("sessions", "id", compressed)),
-                ("in", "id", Select("messages", "session_id")))
+            ("=", "api_call_count", 0),
+            ("is null", "end_reason"),
+            ("is null", "ended_at"),
+            ("<", "started_at", time.time() - _ORPHAN_AGE),
+            ("in", "parent_session_id", Select("sessions", "id", compressed)),
+            ("in", "id", Select("messages", "session_id")),
+        )
         [ended] = self._store.write(
-            [Update("sessions", orphan, {"ended_at": time.time(), "end_reason": "orphaned_compression"})]
+            [
+                Update(
+                    "sessions",
+                    orphan,
+                    {"ended_at": time.time(), "end_reason": "orphaned_compression"},
+                )
+            ]
         )
         return ended
 
@@ -433,6 +437,23 @@ class AsyncSessions(AsyncFace):
         Sessions.finalize_orphaned_compression_sessions
     )
     list_sessions = offloaded(Sessions.list_sessions)
+
+
+def _token_columns(
+    input_tokens: int,
+    output_tokens: int,
+    cache_read_tokens: int,
+    cache_write_tokens: int,
+    reasoning_tokens: int,
+) -> dict[str, int]:
+    """One call's token counts by the column names of sessions and session_model_usage."""
+    return {
+        "input_tokens": input_tokens or 0,
+        "output_tokens": output_tokens or 0,
+        "cache_read_tokens": cache_read_tokens or 0,
+        "cache_write_tokens": cache_write_tokens or 0,
+        "reasoning_tokens": reasoning_tokens or 0,
+    }
 
 
 def _fresh_session(session_id: str, now: float, **columns: Any) -> dict[str, Any]:
@@ -472,7 +493,11 @@ def _model_usage(
     }
     this_row = all_of(*[("=", column, value) for column, value in key.items()])
     return [
-        Insert("session_model_usage", {**key, "first_seen": now, "last_seen": now}, on_conflict="ignore"),
+        Insert(
+            "session_model_usage",
+            {**key, "first_seen": now, "last_seen": now},
+            on_conflict="ignore",
+        ),
         Update("session_model_usage", this_row, {"last_seen": now, **latest}, add=added),
     ]
 

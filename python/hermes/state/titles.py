@@ -27,7 +27,15 @@ _MAX_CHAIN = 100
 # How far a resume follows the newest children looking for the latest messages.
 _MAX_RESUME_WALK = 32
 # What a continuation candidate is ranked by.
-_CHILD_COLUMNS = ["id", "source", "model_config", "end_reason", "ended_at", "started_at", "last_active"]
+_CHILD_COLUMNS = [
+    "id",
+    "source",
+    "model_config",
+    "end_reason",
+    "ended_at",
+    "started_at",
+    "last_active",
+]
 
 
 def like_literal(text: str) -> str:
@@ -54,8 +62,7 @@ class Titles(StoreFace):
             return None
         if len(cleaned) > Titles.MAX_TITLE_LENGTH:
             raise InvalidTitleError(
-                f"Title too long ({len(cleaned)} chars, max {Titles.MAX_TITLE_LENGTH}); "
-                "shorten it"
+                f"Title too long ({len(cleaned)} chars, max {Titles.MAX_TITLE_LENGTH}); shorten it"
             )
         return cleaned
 
@@ -116,7 +123,9 @@ class Titles(StoreFace):
         chain: list[str] = []
         current = session_id
         for _ in range(_MAX_CHAIN):
-            rows = self._store.query("sessions", columns=["parent_session_id"], where=("=", "id", current))
+            rows = self._store.query(
+                "sessions", columns=["parent_session_id"], where=("=", "id", current)
+            )
             parent = rows[0]["parent_session_id"] if rows else None
             if not parent or parent in chain or parent == session_id:
                 break
@@ -173,7 +182,6 @@ class Titles(StoreFace):
                 highest = max(highest, int(number.group(2)))
         return f"{base} #{highest + 1}"
 
-
     def resolve_session_id(self, session_id_or_prefix: str) -> str | None:
         """The id itself if there is such a session, else the one session whose id starts
         with it; None when none does or several do."""
@@ -208,7 +216,9 @@ class Titles(StoreFace):
                 return current
             # Stable sorts: the last key is the first one.
             continuing.sort(key=lambda c: str(c["id"]), reverse=True)
-            continuing.sort(key=lambda c: (_continuation_rank(c), -c["last_active"], -c["started_at"]))
+            continuing.sort(
+                key=lambda c: (_continuation_rank(c), -c["last_active"], -c["started_at"])
+            )
             tip = str(continuing[0]["id"])
             if tip in seen:
                 return current
@@ -228,7 +238,9 @@ class Titles(StoreFace):
             return [session_id]
         root = session
         ancestors = {root["id"]}
-        while (parent := self._compression_parent(root)) is not None and parent["id"] not in ancestors:
+        while (parent := self._compression_parent(root)) is not None and parent[
+            "id"
+        ] not in ancestors:
             root = parent
             ancestors.add(root["id"])
         lineage = [str(root["id"])]
@@ -251,7 +263,9 @@ class Titles(StoreFace):
         root = session_id
         seen = {root}
         for _ in range(_MAX_CHAIN):
-            rows = self._store.query("sessions", columns=["parent_session_id"], where=("=", "id", root))
+            rows = self._store.query(
+                "sessions", columns=["parent_session_id"], where=("=", "id", root)
+            )
             parent = rows[0]["parent_session_id"] if rows else None
             if not parent or parent in seen:
                 break
@@ -269,7 +283,9 @@ class Titles(StoreFace):
         current, holding = start, None
         seen = {current}
         for _ in range(_MAX_RESUME_WALK):
-            if self._store.query("messages", columns=["id"], where=("=", "session_id", current), limit=1):
+            if self._store.query(
+                "messages", columns=["id"], where=("=", "session_id", current), limit=1
+            ):
                 holding = current
             children = self._store.query(
                 "sessions",
