@@ -14,6 +14,7 @@ place, ``rust/src/exceptions.rs``) and re-exported here as the public names, all
     │   ├── DiskFullError            no space left
     │   └── DatabaseClosedError      used after close()
     ├── MessageEncodeError           a message could not become a row
+    ├── SearchQueryError             a search query could not run
     ├── SessionNotFoundError         unknown session id
     └── ConfigError                  bad config.yaml / environment / flags
         └── InvalidSettingError      a setting's value fails its section's own check
@@ -31,6 +32,7 @@ from hermes._core import (
     MessageEncodeError,
     NotADatabaseError,
     ReadOnlyDatabaseError,
+    SearchQueryError,
     SessionNotFoundError,
     StateDbError,
     WriterBusyError,
@@ -47,6 +49,7 @@ __all__ = [
     "MessageEncodeError",
     "NotADatabaseError",
     "ReadOnlyDatabaseError",
+    "SearchQueryError",
     "SessionNotFoundError",
     "StateDbError",
     "WriterBusyError",

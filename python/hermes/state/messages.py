@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from hermes._core import FlushTracker
-from hermes.state.face import AsyncFace, StoreFace, offloaded
+from hermes.state.face import AsyncFace, StoreFace, check_page, offloaded
 
 _OPTIONAL_MESSAGE_FIELDS = (
     "tool_name",
@@ -89,9 +89,24 @@ class Messages(StoreFace):
         """
         return self._store.flush(tracker, session_id, messages, history, seed)
 
-    def get_messages(self, session_id: str, include_inactive: bool = False) -> list[dict[str, Any]]:
-        """Message rows with every column, ``content`` and JSON columns decoded."""
-        return self._store.get_messages(session_id, include_inactive)
+    def get_messages(
+        self,
+        session_id: str,
+        include_inactive: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        """Message rows with every column, ``content`` and JSON columns decoded, in
+        insertion order; with ``limit`` and/or ``offset``, one page of them."""
+        if limit is None and not offset:
+            return self._store.get_messages(session_id, include_inactive)
+        check_page(0 if limit is None else limit, offset)
+        if include_inactive:
+            return self._store.query("messages", where=("=", "session_id", session_id),
+                                     order_by=["id"], limit=limit, offset=offset)
+        return self._store.query(
+            "messages", where=("and", (("=", "session_id", session_id), ("=", "active", 1))),
+            order_by=["id"], limit=limit, offset=offset)
 
     def get_messages_as_conversation(
         self, session_id: str, include_inactive: bool = False
