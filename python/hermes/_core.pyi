@@ -59,11 +59,21 @@ class SessionNotFoundError(HermesError): ...
 class ConfigError(HermesError): ...
 
 #: The relations the typed operations name.
-_Relation: TypeAlias = Literal["sessions", "messages", "gateway_routing", "state_meta"]
+_Relation: TypeAlias = Literal[
+    "sessions",
+    "messages",
+    "gateway_routing",
+    "state_meta",
+    "compression_locks",
+    "session_model_usage",
+    "hermes_responses",
+]
 #: A value a filter compares with.
 _Scalar: TypeAlias = str | int | float | bytes | None
 #: A filter: a tree of tuples on column names (a name may also be a derived value of the
-#: relation: ``preview`` and ``last_active`` of sessions).
+#: relation, of sessions: ``preview``, ``last_active``, ``listed``, ``delegate_from``,
+#: ``chain_last_active``, ``chain_ids``, ``chain_titles``, ``chain_titles_compact``,
+#: ``total_tokens``, ``cost_usd``; see ``rust/src/store/query.rs``).
 _Filter: TypeAlias = (
     tuple[Literal["=", "!=", "<", "<=", ">", ">="], str, _Scalar]
     | tuple[Literal["in"], str, Iterable[_Scalar] | Select]
@@ -119,7 +129,8 @@ class Insert:
 
 @final
 class Update:
-    """Sets (``set``) and increments (``add``) columns of the rows ``where`` matches."""
+    """Sets (``set``), increments (``add``) and fills the NULL ones of (``fill_nulls``)
+    columns of the rows ``where`` matches."""
 
     def __new__(
         cls,
@@ -127,7 +138,8 @@ class Update:
         where: _Filter,
         set: Mapping[str, Any] | None = None,
         *,
-        add: Mapping[str, int] | None = None,
+        add: Mapping[str, int | float] | None = None,
+        fill_nulls: Mapping[str, Any] | None = None,
         must_match: bool = False,
     ) -> Update: ...
 
@@ -196,7 +208,7 @@ class Store:
         seed: Iterable[int] | None = None,
     ) -> int: ...
     def get_session(self, session_id: str) -> dict[str, Any] | None: ...
-    def message_count(self, session_id: str) -> int | None: ...
+    def live_message_count(self, session_id: str) -> int | None: ...
     def own_appends(self, session_id: str) -> int: ...
     def foreign_commit_since_last_look(self) -> bool: ...
     def get_messages(
@@ -228,4 +240,6 @@ class Store:
     def get_meta(self, key: str) -> str | None: ...
     def set_meta(self, key: str, value: str) -> None: ...
     def search_index_upkeep(self, upkeep: Literal["optimize", "rebuild"]) -> int: ...
+    def vacuum(self) -> None:
+        """A truncating WAL checkpoint, then ``VACUUM``: the file shrinks to its rows."""
     def close(self) -> None: ...

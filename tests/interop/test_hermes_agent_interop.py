@@ -160,6 +160,8 @@ def test_file_we_write_reads_identically_in_hermes_agent_and_it_can_append(tmp_p
     with SessionDB(path) as db:
         agent = agent_shell(db, "ours-1")
         assert agent._flush_messages_to_session_db(first) is True
+        # A table of ours in the same file (the api_server's stored responses).
+        db.save_response("resp_1", "key:k", {"id": "resp_1"}, [{"role": "user", "content": "hi"}])
     assert timestamp_indexes(path) == set()
 
     theirs = peer("read", path, "ours-1", hermes_home)
@@ -180,7 +182,7 @@ def test_file_we_write_reads_identically_in_hermes_agent_and_it_can_append(tmp_p
     with SessionDB(path) as db:
         ours = db.get_messages_as_conversation("ours-1")
         assert shape(ours) == shape(first + second)
-        assert db.message_count("ours-1") == len(ours) == len(first) + len(second)
+        assert db.live_message_count("ours-1") == len(ours) == len(first) + len(second)
         third = [{"role": "user", "content": "Thanks — ありがとう 🙏"}, {"role": "assistant", "content": "You're welcome."}]
         agent = agent_shell(db, "ours-1")
         agent._session_db_created = True
@@ -194,6 +196,9 @@ def test_file_we_write_reads_identically_in_hermes_agent_and_it_can_append(tmp_p
     theirs = peer("read", path, "ours-1", hermes_home)
     assert shape(theirs["conversation"]) == shape(first + second + third)
     assert theirs["message_count"] == theirs["rows"] == len(first + second + third)
+    with SessionDB(path) as db:
+        kept = db.get_response("resp_1", "key:k")
+        assert kept is not None and kept.conversation == [{"role": "user", "content": "hi"}]
 
 
 def test_hermes_agent_finds_our_messages_by_full_text_search(tmp_path: Path, hermes_home: Path) -> None:
@@ -221,7 +226,7 @@ def test_file_hermes_agent_writes_opens_here_reads_identically_and_we_append(tmp
         ours = db.get_messages_as_conversation("theirs-1")
         assert shape(ours) == shape(first) == shape(theirs["conversation"])
         assert shape(db.get_messages_as_conversation("theirs-agent")) == shape(their_flush["conversation"])
-        assert db.message_count("theirs-1") == len(first)
+        assert db.live_message_count("theirs-1") == len(first)
         session = db.get_session("theirs-1")
         assert session is not None and session["tool_call_count"] == tool_calls_in(first)
 
@@ -231,7 +236,7 @@ def test_file_hermes_agent_writes_opens_here_reads_identically_and_we_append(tmp
         assert agent._flush_messages_to_session_db(ours + second, ours) is True
         # A repeated flush from another exit path writes nothing more.
         assert agent._flush_messages_to_session_db(ours + second, ours) is True
-        assert db.message_count("theirs-1") == len(db.get_messages("theirs-1")) == len(first + second)
+        assert db.live_message_count("theirs-1") == len(db.get_messages("theirs-1")) == len(first + second)
         assert shape(db.get_messages_as_conversation("theirs-1")) == shape(first + second)
         assert db.search_messages("pytest", session_id="theirs-1")
 
@@ -244,4 +249,4 @@ def test_file_hermes_agent_writes_opens_here_reads_identically_and_we_append(tmp
     theirs = peer("append", path, "theirs-1", hermes_home, messages=[{"role": "user", "content": "One more: ¿qué tal?"}])
     assert theirs["message_count"] == theirs["rows"] == len(first + second) + 1
     with SessionDB(path) as db:
-        assert db.message_count("theirs-1") == len(db.get_messages("theirs-1")) == len(first + second) + 1
+        assert db.live_message_count("theirs-1") == len(db.get_messages("theirs-1")) == len(first + second) + 1

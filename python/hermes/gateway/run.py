@@ -121,6 +121,7 @@ class GatewayRunner:
         for platform, platform_config in self.config.enabled_platforms().items():
             adapter = create_adapter(platform, platform_config)
             adapter.set_message_handler(self._handle_message)
+            adapter.set_session_store(self.async_session_store)
             if await adapter.connect():
                 self.adapters[platform] = adapter
             else:
@@ -265,7 +266,7 @@ class GatewayRunner:
         if db is None:
             return None
         try:
-            return db.message_count(session_id)
+            return db.live_message_count(session_id)
         except Exception:
             logger.warning("cannot read the message count of %s", session_id, exc_info=True)
             return None

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hermes._core import FlushTracker
-from hermes.state.face import AsyncFace, StoreFace, check_page, offloaded
+from hermes.state.face import AsyncFace, StoreFace, all_of, check_page, offloaded
+
+if TYPE_CHECKING:
+    from hermes._core import _Filter as Filter
 
 _OPTIONAL_MESSAGE_FIELDS = (
     "tool_name",
@@ -101,12 +104,11 @@ class Messages(StoreFace):
         if limit is None and not offset:
             return self._store.get_messages(session_id, include_inactive)
         check_page(0 if limit is None else limit, offset)
-        if include_inactive:
-            return self._store.query("messages", where=("=", "session_id", session_id),
-                                     order_by=["id"], limit=limit, offset=offset)
-        return self._store.query(
-            "messages", where=("and", (("=", "session_id", session_id), ("=", "active", 1))),
-            order_by=["id"], limit=limit, offset=offset)
+        where: Filter = ("=", "session_id", session_id)
+        if not include_inactive:
+            where = all_of(where, ("=", "active", 1))
+        return self._store.query("messages", where=where, order_by=["id"], limit=limit,
+                                 offset=offset)
 
     def get_messages_as_conversation(
         self, session_id: str, include_inactive: bool = False

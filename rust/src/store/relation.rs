@@ -14,14 +14,22 @@ pub enum Relation {
     Messages,
     GatewayRouting,
     StateMeta,
+    CompressionLocks,
+    SessionModelUsage,
+    /// Ours: the api_server's stored `/v1/responses` answers (hermes-agent keeps
+    /// them in a file of their own; it never reads or writes this table).
+    Responses,
 }
 
 impl Relation {
-    pub const ALL: [Relation; 4] = [
+    pub const ALL: [Relation; 7] = [
         Relation::Sessions,
         Relation::Messages,
         Relation::GatewayRouting,
         Relation::StateMeta,
+        Relation::CompressionLocks,
+        Relation::SessionModelUsage,
+        Relation::Responses,
     ];
 
     /// The table's name, the same in every backend.
@@ -31,6 +39,9 @@ impl Relation {
             Relation::Messages => "messages",
             Relation::GatewayRouting => "gateway_routing",
             Relation::StateMeta => "state_meta",
+            Relation::CompressionLocks => "compression_locks",
+            Relation::SessionModelUsage => "session_model_usage",
+            Relation::Responses => "hermes_responses",
         }
     }
 
@@ -51,9 +62,18 @@ impl Relation {
     /// same key conflicts with it.
     pub fn key(self) -> &'static [&'static str] {
         match self {
-            Relation::Sessions | Relation::Messages => &["id"],
+            Relation::Sessions | Relation::Messages | Relation::Responses => &["id"],
             Relation::GatewayRouting => &["scope", "session_key"],
             Relation::StateMeta => &["key"],
+            Relation::CompressionLocks => &["session_id"],
+            Relation::SessionModelUsage => &[
+                "session_id",
+                "model",
+                "billing_provider",
+                "billing_base_url",
+                "billing_mode",
+                "task",
+            ],
         }
     }
 
@@ -64,7 +84,11 @@ impl Relation {
         match self {
             Relation::Sessions => &["message_count", "tool_call_count"],
             Relation::Messages => &["session_id"],
-            Relation::GatewayRouting | Relation::StateMeta => &[],
+            Relation::GatewayRouting
+            | Relation::StateMeta
+            | Relation::CompressionLocks
+            | Relation::SessionModelUsage
+            | Relation::Responses => &[],
         }
     }
 

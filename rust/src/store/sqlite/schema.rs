@@ -15,7 +15,7 @@ use rusqlite::Connection;
 use super::search_index::INDEXED_TEXT;
 use crate::model::SCHEMA_VERSION;
 
-const TABLES: &str = r#"
+pub(crate) const TABLES: &str = r#"
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
 
 CREATE TABLE IF NOT EXISTS sessions (
@@ -124,6 +124,19 @@ CREATE TABLE IF NOT EXISTS gateway_routing (
     PRIMARY KEY (scope, session_key)
 );
 
+-- Ours (hermes-agent neither reads nor writes it): the api_server's stored
+-- /v1/responses answers, each with the conversation a response chained from
+-- it continues (conversation_json), owned by the caller that created it.
+CREATE TABLE IF NOT EXISTS hermes_responses (
+    id TEXT PRIMARY KEY,
+    caller TEXT NOT NULL,
+    session_id TEXT,
+    previous_response_id TEXT,
+    created_at REAL NOT NULL,
+    response_json TEXT NOT NULL,
+    conversation_json TEXT NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS compression_locks (
     session_id TEXT PRIMARY KEY,
     holder TEXT NOT NULL,
@@ -153,7 +166,7 @@ CREATE TABLE IF NOT EXISTS async_delegations (
 );
 "#;
 
-const INDEXES: &str = r#"
+pub(crate) const INDEXES: &str = r#"
 CREATE INDEX IF NOT EXISTS idx_sessions_source ON sessions(source);
 CREATE INDEX IF NOT EXISTS idx_sessions_source_id ON sessions(source, id);
 CREATE INDEX IF NOT EXISTS idx_sessions_parent ON sessions(parent_session_id);
