@@ -16,6 +16,7 @@ the ones only Python raises (``InvalidSettingError``, ``InvalidImportError``, th
     ├── MessageEncodeError           a message could not become a row
     ├── SearchQueryError             a search query could not run
     ├── SessionNotFoundError         unknown session id
+    ├── MessageNotFoundError         no such message in the session (also a ValueError)
     ├── InvalidImportError           an import_sessions batch refused whole (also a ValueError)
     ├── InvalidTitleError            a session title too long to keep (also a ValueError)
     │   └── TitleInUseError          another session has that title
@@ -50,6 +51,7 @@ __all__ = [
     "DiskFullError",
     "HermesError",
     "InvalidImportError",
+    "MessageNotFoundError",
     "InvalidTitleError",
     "MessageEncodeError",
     "NotADatabaseError",
@@ -70,6 +72,10 @@ class InvalidSettingError(ConfigError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(message)
         self.key = key
+
+
+class MessageNotFoundError(HermesError, ValueError):
+    """The message id is not in the session, or is not the kind of message asked for."""
 
 
 class InvalidImportError(HermesError, ValueError):

@@ -6,7 +6,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from hermes._core import FlushTracker
+from hermes._core import Append, Delete, FlushTracker, SessionNotFoundError, Update
+from hermes.errors import MessageNotFoundError
+from hermes.text import valid_text
 from hermes.state.face import AsyncFace, StoreFace, all_of, check_page, offloaded
 
 if TYPE_CHECKING:
@@ -29,6 +31,20 @@ _OPTIONAL_MESSAGE_FIELDS = (
     "api_content",
 )
 
+
+#: The longest preview ``list_recent_user_messages`` gives, in characters.
+_PREVIEW_CHARS = 80
+
+
+def message_text(content: Any) -> str:
+    """A message's content as plain text: a string as it is, the text parts of a
+    multimodal list joined by spaces (``"[multimodal content]"`` when it has none)."""
+    if isinstance(content, list):
+        text = " ".join(part["text"] for part in content
+                        if isinstance(part, dict) and part.get("type") == "text"
+                        and isinstance(part.get("text"), str) and part["text"]).strip()
+        return text or "[multimodal content]"
+    return content if isinstance(content, str) else ""
 
 
 class Messages(StoreFace):
@@ -121,6 +137,124 @@ class Messages(StoreFace):
         """
         return self._store.get_conversation(session_id, include_inactive)
 
+    def replace_messages(
+        self, session_id: str, messages: Sequence[Mapping[str, Any]], active_only: bool = False
+    ) -> None:
+        """Replaces the session's transcript by ``messages``, in one transaction (the
+        rewrite of ``/retry``, ``/undo``, ``/compress``): every row of the session is
+        deleted, or with ``active_only`` only its live rows (archived and rewound ones
+        stay). Raises SessionNotFoundError, having changed nothing, for a missing session."""
+        self._require_session(session_id)
+        gone: Filter = ("=", "session_id", session_id)
+        if active_only:
+            gone = all_of(gone, ("=", "active", 1))
+        self._store.write([Delete("messages", gone), Append(session_id, messages)])
+
+    def archive_and_compact(
+        self, session_id: str, compacted_messages: Sequence[Mapping[str, Any]]
+    ) -> int:
+        """Compaction that keeps the history: the session's live rows become archived
+        (inactive, ``compacted``: still found by search, left out of the transcript) and
+        ``compacted_messages`` the live transcript, in one transaction. Returns how many
+        rows are live now. Raises SessionNotFoundError for a missing session."""
+        self._require_session(session_id)
+        live: Filter = all_of(("=", "session_id", session_id), ("=", "active", 1))
+        _, appended = self._store.write([Update("messages", live, {"active": 0, "compacted": 1}),
+                                         Append(session_id, compacted_messages)])
+        return appended
+
+    def has_archived_messages(self, session_id: str) -> bool:
+        """Whether the session has inactive (archived or rewound) rows."""
+        return self._store.count(
+            "messages", all_of(("=", "session_id", session_id), ("=", "active", 0))) > 0
+
+    def set_latest_user_api_content(self, session_id: str, content: Any, api_content: str) -> int:
+        """Sets ``api_content`` (the text the model was sent) on the session's newest live
+        user message, if its content is ``content``; returns the rows changed (0 or 1)."""
+        newest = self._store.query(
+            "messages", columns=["id", "content"],
+            where=all_of(("=", "session_id", session_id), ("=", "role", "user"),
+                         ("=", "active", 1)),
+            order_by=["-id"], limit=1)
+        if not newest or newest[0]["content"] != content:
+            return 0
+        [changed] = self._store.write([Update(
+            "messages", all_of(("=", "id", newest[0]["id"]), ("=", "active", 1)),
+            {"api_content": valid_text(api_content)})])
+        return changed
+
+    def clear_messages(self, session_id: str) -> None:
+        """Deletes every message of the session. Raises SessionNotFoundError for a missing
+        session."""
+        self._require_session(session_id)
+        self._store.write([Delete("messages", ("=", "session_id", session_id))])
+
+    def rewind_to_message(self, session_id: str, target_message_id: int) -> dict[str, Any]:
+        """Takes the conversation back to before the user message ``target_message_id``:
+        it and every later live row become inactive (kept on disk, hidden from the
+        transcript and from search), and the session's ``rewind_count`` goes up by one.
+
+        Returns ``rewound_count`` (rows made inactive now), ``target_message`` (its row,
+        to prefill the prompt) and ``new_head_id`` (the last live row's id, or None).
+        Raises MessageNotFoundError (a ValueError) when the message is not in the session
+        or is not a user message.
+        """
+        found = self._store.query("messages", where=all_of(
+            ("=", "id", target_message_id), ("=", "session_id", session_id)))
+        target = found[0] if found else None
+        if target is None or target["role"] != "user":
+            what = "not found" if target is None else f"a {target['role']!r} message"
+            raise MessageNotFoundError(
+                f"message {target_message_id} of session {session_id!r} in {self.db_path}: "
+                f"{what}; rewind to one of the session's user messages "
+                "(list_recent_user_messages)")
+        later: Filter = all_of(("=", "session_id", session_id),
+                               (">=", "id", target_message_id), ("=", "active", 1))
+        rewound, _ = self._store.write([
+            Update("messages", later, {"active": 0}),
+            Update("sessions", ("=", "id", session_id), add={"rewind_count": 1}),
+        ])
+        head = self._store.query(
+            "messages", columns=["id"],
+            where=all_of(("=", "session_id", session_id), ("=", "active", 1)),
+            order_by=["-id"], limit=1)
+        return {"rewound_count": rewound, "target_message": target,
+                "new_head_id": head[0]["id"] if head else None}
+
+    def restore_rewound(self, session_id: str, since_message_id: int) -> int:
+        """Makes the inactive rows of the session from ``since_message_id`` on live again
+        (undoes a rewind); returns how many."""
+        [restored] = self._store.write([Update(
+            "messages", all_of(("=", "session_id", session_id),
+                               (">=", "id", since_message_id), ("=", "active", 0)),
+            {"active": 1})])
+        return restored
+
+    def list_recent_user_messages(
+        self, session_id: str, limit: int = 20, include_inactive: bool = False
+    ) -> list[dict[str, Any]]:
+        """The session's newest user messages first (for the ``/rewind`` picker): ``id``,
+        ``timestamp`` and ``preview``, the text on one line, at most 80 characters."""
+        check_page(limit, 0)
+        where: Filter = all_of(("=", "session_id", session_id), ("=", "role", "user"))
+        if not include_inactive:
+            where = all_of(where, ("=", "active", 1))
+        rows = self._store.query("messages", columns=["id", "timestamp", "content"],
+                                 where=where, order_by=["-id"], limit=limit)
+        recent = []
+        for row in rows:
+            preview = " ".join(message_text(row["content"]).split())
+            if len(preview) > _PREVIEW_CHARS:
+                preview = preview[:_PREVIEW_CHARS - 3] + "..."
+            recent.append({"id": row["id"], "timestamp": row["timestamp"], "preview": preview})
+        return recent
+
+    def _require_session(self, session_id: str) -> None:
+        if self._store.count("sessions", ("=", "id", session_id)) == 0:
+            raise SessionNotFoundError(
+                f"session {session_id!r}: not found in {self.db_path}. "
+                "Create it first with create_session().")
+
     def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool:
         """Whether the platform's own message id is already in the session."""
         return self._store.has_platform_message_id(session_id, str(platform_message_id))
@@ -133,3 +267,11 @@ class AsyncMessages(AsyncFace):
     get_messages = offloaded(Messages.get_messages)
     get_messages_as_conversation = offloaded(Messages.get_messages_as_conversation)
     has_platform_message_id = offloaded(Messages.has_platform_message_id)
+    replace_messages = offloaded(Messages.replace_messages)
+    archive_and_compact = offloaded(Messages.archive_and_compact)
+    has_archived_messages = offloaded(Messages.has_archived_messages)
+    set_latest_user_api_content = offloaded(Messages.set_latest_user_api_content)
+    clear_messages = offloaded(Messages.clear_messages)
+    rewind_to_message = offloaded(Messages.rewind_to_message)
+    restore_rewound = offloaded(Messages.restore_rewound)
+    list_recent_user_messages = offloaded(Messages.list_recent_user_messages)

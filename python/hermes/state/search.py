@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hermes.state.face import AsyncFace, StoreFace, check_page, offloaded
+from hermes.state.messages import message_text
 
 #: How much of a neighbouring message a hit's ``context`` shows.
 _CONTEXT_CHARS = 200
@@ -16,12 +17,7 @@ _NEIGHBOUR_COLUMNS = ("before_id", "after_id", "before_role", "before_content",
 
 def _preview(content: Any) -> str:
     """A message's content as plain text, for a hit's context."""
-    if isinstance(content, list):
-        text = " ".join(part.get("text", "") for part in content
-                        if isinstance(part, dict) and part.get("type") == "text"
-                        and part.get("text")).strip()
-        return (text or "[multimodal content]")[:_CONTEXT_CHARS]
-    return content[:_CONTEXT_CHARS] if isinstance(content, str) else ""
+    return message_text(content)[:_CONTEXT_CHARS]
 
 
 def _with_context(hit: dict[str, Any]) -> dict[str, Any]:
