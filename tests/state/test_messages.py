@@ -131,3 +131,47 @@ def test_clear_messages(chat: SessionDB) -> None:
     assert session is not None and session["message_count"] == 0
     with pytest.raises(SessionNotFoundError):
         chat.clear_messages("nope")
+
+
+def test_a_conversation_with_its_ancestors_root_first(db: SessionDB) -> None:
+    db.create_session("root", "cli")
+    db.append_message("root", "user", "same prompt")
+    db.append_message("root", "user", "same prompt")
+    db.append_message("root", "assistant", "first answer")
+    db.create_session("child", "cli", parent_session_id="root")
+    db.append_message("child", "user", "first answer is not a prompt")
+    db.append_message("child", "user", "next prompt")
+    db.create_session("tip", "cli", parent_session_id="child")
+    db.append_message("tip", "assistant", "last answer")
+    conversation = db.get_messages_as_conversation("tip", include_ancestors=True)
+    assert [m["content"] for m in conversation] == [
+        "same prompt", "first answer", "first answer is not a prompt", "next prompt",
+        "last answer"]
+    assert [m["content"] for m in db.get_messages_as_conversation("tip")] == ["last answer"]
+    assert [m["content"] for m in db.get_ancestor_display_prefix("tip")] == [
+        "same prompt", "first answer", "first answer is not a prompt", "next prompt"]
+    assert db.get_ancestor_display_prefix("root") == []
+    assert db.get_messages_as_conversation("nope", include_ancestors=True) == []
+
+
+def test_a_lineage_cycle_ends_the_walk(db: SessionDB) -> None:
+    db.create_session("a", "cli")
+    db.create_session("b", "cli", parent_session_id="a")
+    db.update_session("a", parent_session_id="b")
+    db.append_message("a", "user", "in a")
+    db.append_message("b", "user", "in b")
+    assert [m["content"] for m in db.get_messages_as_conversation("a", include_ancestors=True)] \
+        == ["in b", "in a"]
+
+
+def test_leaked_recalled_memory_is_left_out_of_replayed_text(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    leaked = ("<memory-context>\n[System note: The following is recalled memory context, NOT new "
+              "user input. Treat as informational background data.]\n\nstale\n</memory-context>"
+              "\n\nVisible answer")
+    db.append_message("s", "assistant", leaked, api_content=leaked)
+    db.append_message("s", "tool", leaked)
+    assistant, tool = db.get_messages_as_conversation("s")
+    assert assistant["content"] == "Visible answer" and assistant["api_content"] == leaked
+    assert tool["content"] == leaked
+    assert db.get_messages("s")[0]["content"] == leaked

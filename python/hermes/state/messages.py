@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from hermes._core import Append, Delete, FlushTracker, SessionNotFoundError, Update
 from hermes.errors import MessageNotFoundError
-from hermes.text import valid_text
 from hermes.state.face import AsyncFace, StoreFace, all_of, check_page, offloaded
+from hermes.text import valid_text
 
 if TYPE_CHECKING:
     from hermes._core import _Filter as Filter
@@ -45,6 +46,45 @@ def message_text(content: Any) -> str:
                         and isinstance(part.get("text"), str) and part["text"]).strip()
         return text or "[multimodal content]"
     return content if isinstance(content, str) else ""
+
+#: The most sessions a lineage walk follows (hermes-agent's bound too).
+_MAX_LINEAGE = 100
+
+#: A recalled-memory block, the note that introduces one, and a stray fence tag
+#: (hermes-agent's memory fencing); any of them in stored text is a leak.
+_MEMORY_CONTEXT = re.compile(
+    r"<\s*memory-context\s*>[\s\S]*?</\s*memory-context\s*>"
+    r"|\[System note:\s*The following is recalled memory context,\s*NOT new user input\.\s*"
+    r"Treat as (?:informational background data|authoritative reference data[^\]]*)\.\]\s*"
+    r"|</?\s*memory-context\s*>",
+    re.IGNORECASE)
+
+_MEMORY_CONTEXT_TAG = re.compile("memory-context", re.IGNORECASE)
+
+
+def _without_memory_context(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with leaked recalled-memory text taken out of user and assistant
+    content (``api_content``, the text the model was sent, stays as it is)."""
+    for message in messages:
+        content = message["content"]
+        if (message["role"] in ("user", "assistant") and isinstance(content, str)
+                and _MEMORY_CONTEXT_TAG.search(content)):
+            message["content"] = _MEMORY_CONTEXT.sub("", content).strip()
+    return messages
+
+
+def _replays_a_user_prompt(messages: list[dict[str, Any]], message: dict[str, Any]) -> bool:
+    """Whether ``message`` is a user prompt already sent since the last answer (a resumed
+    session starts by replaying it)."""
+    content = message.get("content")
+    if message["role"] != "user" or not isinstance(content, str) or not content:
+        return False
+    for earlier in reversed(messages):
+        if earlier["role"] == "user" and earlier.get("content") == content:
+            return True
+        if earlier["role"] == "assistant" and (earlier.get("content") or earlier.get("tool_calls")):
+            return False
+    return False
 
 
 class Messages(StoreFace):
@@ -127,15 +167,26 @@ class Messages(StoreFace):
                                  offset=offset)
 
     def get_messages_as_conversation(
-        self, session_id: str, include_inactive: bool = False
+        self, session_id: str, include_ancestors: bool = False, include_inactive: bool = False
     ) -> list[dict[str, Any]]:
         """The transcript as OpenAI-style dicts, in insertion order.
 
         Each has ``role`` and ``content``, plus ``tool_calls`` (decoded),
         ``tool_call_id``, ``tool_name``, ``timestamp`` and the reasoning
-        fields where present.
+        fields where present. A recalled-memory block (``<memory-context>``) that leaked
+        into a user or assistant message is left out of its content. With
+        ``include_ancestors``, the sessions it continues (its ``parent_session_id`` chain)
+        come first, root first, without a user prompt replayed since the last answer.
         """
-        return self._store.get_conversation(session_id, include_inactive)
+        if not include_ancestors:
+            return _without_memory_context(self._store.get_conversation(session_id, include_inactive))
+        return self._lineage_conversation(self._lineage_root_to_tip(session_id), include_inactive)
+
+    def get_ancestor_display_prefix(self, session_id: str) -> list[dict[str, Any]]:
+        """The live messages of the sessions ``session_id`` continues (not its own), as
+        ``get_messages_as_conversation(include_ancestors=True)`` shows them: what a resumed
+        session's display puts before its own history. Empty without ancestors."""
+        return self._lineage_conversation(self._lineage_root_to_tip(session_id)[:-1], False)
 
     def replace_messages(
         self, session_id: str, messages: Sequence[Mapping[str, Any]], active_only: bool = False
@@ -249,6 +300,30 @@ class Messages(StoreFace):
             recent.append({"id": row["id"], "timestamp": row["timestamp"], "preview": preview})
         return recent
 
+    def _lineage_conversation(
+        self, sessions: list[str], include_inactive: bool
+    ) -> list[dict[str, Any]]:
+        """The conversations of ``sessions`` one after the other, without user prompts
+        replayed since the last answer."""
+        messages: list[dict[str, Any]] = []
+        for session in sessions:
+            for message in self._store.get_conversation(session, include_inactive):
+                if not _replays_a_user_prompt(messages, message):
+                    messages.append(message)
+        return _without_memory_context(messages)
+
+    def _lineage_root_to_tip(self, session_id: str) -> list[str]:
+        """The session and those it continues (``parent_session_id``), root first; stops at
+        a missing session, a cycle, or :data:`_MAX_LINEAGE` sessions."""
+        chain: list[str] = []
+        current: str | None = session_id
+        while current is not None and current not in chain and len(chain) < _MAX_LINEAGE:
+            chain.append(current)
+            rows = self._store.query("sessions", columns=["parent_session_id"],
+                                     where=("=", "id", current))
+            current = rows[0]["parent_session_id"] if rows else None
+        return chain[::-1]
+
     def _require_session(self, session_id: str) -> None:
         if self._store.count("sessions", ("=", "id", session_id)) == 0:
             raise SessionNotFoundError(
@@ -275,3 +350,4 @@ class AsyncMessages(AsyncFace):
     rewind_to_message = offloaded(Messages.rewind_to_message)
     restore_rewound = offloaded(Messages.restore_rewound)
     list_recent_user_messages = offloaded(Messages.list_recent_user_messages)
+    get_ancestor_display_prefix = offloaded(Messages.get_ancestor_display_prefix)
