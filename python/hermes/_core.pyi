@@ -15,6 +15,7 @@ __all__ = [
     "FlushTracker",
     "HermesError",
     "Insert",
+    "MAX_FTS5_QUERY_CHARS",
     "MessageEncodeError",
     "NotADatabaseError",
     "ReadOnlyDatabaseError",
@@ -22,6 +23,7 @@ __all__ = [
     "SCHEMA_SQL",
     "SCHEMA_VERSION",
     "SQLITE_VERSION",
+    "SearchQueryError",
     "Select",
     "SessionNotFoundError",
     "StateDbError",
@@ -36,6 +38,8 @@ SCHEMA_VERSION: int
 #: The DDL of a file we create (tables, indexes, search index and its triggers), one script.
 SCHEMA_SQL: str
 SQLITE_VERSION: str
+#: The longest search query read, in characters; the rest is ignored.
+MAX_FTS5_QUERY_CHARS: int
 __version__: str
 #: Keys marking a message dict as private retry scaffolding, never persisted.
 SCAFFOLDING_FLAGS: tuple[str, ...]
@@ -50,6 +54,7 @@ class ReadOnlyDatabaseError(StateDbError): ...
 class DiskFullError(StateDbError): ...
 class DatabaseClosedError(StateDbError): ...
 class MessageEncodeError(HermesError): ...
+class SearchQueryError(HermesError): ...
 class SessionNotFoundError(HermesError): ...
 class ConfigError(HermesError): ...
 
@@ -218,8 +223,13 @@ class Store:
     def search(
         self,
         query: str,
-        source: str | None = None,
+        *,
+        sources: Sequence[str] | None = None,
+        exclude_sources: Sequence[str] | None = None,
+        roles: Sequence[str] | None = None,
         session_id: str | None = None,
+        sort: str | None = None,
+        include_inactive: bool = False,
         limit: int = 20,
         offset: int = 0,
     ) -> list[dict[str, Any]]: ...
@@ -229,6 +239,7 @@ class Store:
     def delete_routing(self, session_keys: Sequence[str], scope: str = "") -> None: ...
     def get_meta(self, key: str) -> str | None: ...
     def set_meta(self, key: str, value: str) -> None: ...
+    def search_index_upkeep(self, upkeep: Literal["optimize", "rebuild"]) -> int: ...
     def vacuum(self) -> None:
         """A truncating WAL checkpoint, then ``VACUUM``: the file shrinks to its rows."""
     def close(self) -> None: ...

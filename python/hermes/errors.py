@@ -14,7 +14,9 @@ the ones only Python raises (``InvalidSettingError``, ``InvalidImportError``, th
     │   ├── DiskFullError            no space left
     │   └── DatabaseClosedError      used after close()
     ├── MessageEncodeError           a message could not become a row
+    ├── SearchQueryError             a search query could not run
     ├── SessionNotFoundError         unknown session id
+    ├── MessageNotFoundError         no such message in the session (also a ValueError)
     ├── InvalidImportError           an import_sessions batch refused whole (also a ValueError)
     ├── InvalidTitleError            a session title too long to keep (also a ValueError)
     │   └── TitleInUseError          another session has that title
@@ -34,6 +36,7 @@ from hermes._core import (
     MessageEncodeError,
     NotADatabaseError,
     ReadOnlyDatabaseError,
+    SearchQueryError,
     SessionNotFoundError,
     StateDbError,
     WriterBusyError,
@@ -48,10 +51,12 @@ __all__ = [
     "DiskFullError",
     "HermesError",
     "InvalidImportError",
+    "MessageNotFoundError",
     "InvalidTitleError",
     "MessageEncodeError",
     "NotADatabaseError",
     "ReadOnlyDatabaseError",
+    "SearchQueryError",
     "SessionNotFoundError",
     "StateDbError",
     "TitleInUseError",
@@ -67,6 +72,10 @@ class InvalidSettingError(ConfigError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(message)
         self.key = key
+
+
+class MessageNotFoundError(HermesError, ValueError):
+    """The message id is not in the session, or is not the kind of message asked for."""
 
 
 class InvalidImportError(HermesError, ValueError):

@@ -336,7 +336,13 @@ def test_writes_without_waiting_give_up_at_once_and_write_nothing(
 
 # hermes-agent 0.19.0 (hermes_state.FTS_TRIGRAM_SQL) adds this index and trigger the first
 # time it opens a state.db, and back-fills it; its CJK / substring search reads it.
+# Ours has the trigram index too: the other program drops it first (as a file of a
+# hermes-agent run with HERMES_DISABLE_FTS_TRIGRAM would have none), then adds its own.
 AGENT_TRIGRAM_DDL = """
+DROP TABLE messages_fts_trigram;
+DROP TRIGGER messages_fts_trigram_insert;
+DROP TRIGGER messages_fts_trigram_delete;
+DROP TRIGGER messages_fts_trigram_update;
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts_trigram USING fts5(content, tokenize='trigram');
 CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_insert AFTER INSERT ON messages BEGIN
     INSERT INTO messages_fts_trigram(rowid, content) VALUES (new.id,

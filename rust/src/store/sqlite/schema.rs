@@ -5,7 +5,6 @@
 //! either program can open a file the other wrote. The DDL is ours.
 //! Deliberate differences, each something hermes-agent adds itself (and
 //! fills) the first time it opens one of our files:
-//! * we create only the word index `messages_fts`, not the trigram index;
 //! * we create neither of its session-by-timestamp indexes on `messages`
 //!   (`idx_messages_session`, `idx_messages_session_active`): nothing of ours
 //!   reads through them, and each costs every flush one to five more pages
@@ -13,6 +12,7 @@
 
 use rusqlite::Connection;
 
+use super::search_index::INDEXED_TEXT;
 use crate::model::SCHEMA_VERSION;
 
 pub(crate) const TABLES: &str = r#"
@@ -190,7 +190,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS idx_sessions_title_unique ON sessions(title) W
 CREATE INDEX IF NOT EXISTS idx_messages_session_order ON messages(session_id, active);
 "#;
 
-/// The word index over content, tool name and tool calls, kept in sync by
+/// The word index over content, tool name and tool calls, and hermes-agent's
+/// trigram index over the same text (for CJK search), kept in sync by
 /// triggers for every writer. Our own writer connection runs with triggers
 /// disabled and indexes its rows itself with the insert trigger's text,
 /// set-based, right after the commit (`search_index.rs`); it never
@@ -217,6 +218,23 @@ CREATE TRIGGER IF NOT EXISTS messages_fts_update AFTER UPDATE ON messages BEGIN
         COALESCE(new.content, '') || ' ' || COALESCE(new.tool_name, '') || ' ' || COALESCE(new.tool_calls, ''));
 END;
 
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts_trigram USING fts5(content, tokenize='trigram');
+
+CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_insert AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts_trigram(rowid, content) VALUES (new.id,
+        COALESCE(new.content, '') || ' ' || COALESCE(new.tool_name, '') || ' ' || COALESCE(new.tool_calls, ''));
+END;
+
+CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_delete AFTER DELETE ON messages BEGIN
+    DELETE FROM messages_fts_trigram WHERE rowid = old.id;
+END;
+
+CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_update AFTER UPDATE ON messages BEGIN
+    DELETE FROM messages_fts_trigram WHERE rowid = old.id;
+    INSERT INTO messages_fts_trigram(rowid, content) VALUES (new.id,
+        COALESCE(new.content, '') || ' ' || COALESCE(new.tool_name, '') || ' ' || COALESCE(new.tool_calls, ''));
+END;
+
 CREATE TABLE IF NOT EXISTS hermes_fts_pending (
     first_id INTEGER NOT NULL,
     last_id INTEGER NOT NULL
@@ -234,7 +252,16 @@ pub fn ensure(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(TABLES)?;
     add_missing_columns(conn)?;
     conn.execute_batch(INDEXES)?;
+    let had_trigrams = conn
+        .prepare("SELECT 1 FROM sqlite_master WHERE name = 'messages_fts_trigram'")?
+        .exists([])?;
     conn.execute_batch(FTS)?;
+    if !had_trigrams {
+        // A file from before the trigram index: index its messages now.
+        conn.execute_batch(&format!(
+            "INSERT INTO messages_fts_trigram(rowid, content) SELECT id, {INDEXED_TEXT} FROM messages"
+        ))?;
+    }
     let version: Option<i64> = conn
         .query_row("SELECT version FROM schema_version LIMIT 1", [], |r| {
             r.get(0)
