@@ -2,7 +2,7 @@
 
 They are defined by the Rust core (so storage failures map to them in one
 place, ``rust/src/exceptions.rs``) and re-exported here as the public names, all but
-``InvalidSettingError``, which only Python raises::
+the ones only Python raises (``InvalidSettingError``, ``TopicAlreadyLinkedError``)::
 
     HermesError
     ├── StateDbError                 the session database failed an operation
@@ -15,6 +15,7 @@ place, ``rust/src/exceptions.rs``) and re-exported here as the public names, all
     │   └── DatabaseClosedError      used after close()
     ├── MessageEncodeError           a message could not become a row
     ├── SessionNotFoundError         unknown session id
+    ├── TopicAlreadyLinkedError      the session has another Telegram topic (also a ValueError)
     └── ConfigError                  bad config.yaml / environment / flags
         └── InvalidSettingError      a setting's value fails its section's own check
 
@@ -49,6 +50,7 @@ __all__ = [
     "ReadOnlyDatabaseError",
     "SessionNotFoundError",
     "StateDbError",
+    "TopicAlreadyLinkedError",
     "WriterBusyError",
 ]
 
@@ -61,3 +63,18 @@ class InvalidSettingError(ConfigError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(message)
         self.key = key
+
+
+class TopicAlreadyLinkedError(HermesError, ValueError):
+    """A session is bound to one Telegram topic at a time, and this one already has another
+    (``chat_id``, ``thread_id``). A ``ValueError`` too, as hermes-agent raises one."""
+
+    def __init__(self, session_id: str, chat_id: str, thread_id: str) -> None:
+        super().__init__(
+            f"session {session_id!r} is already linked to another Telegram topic (chat "
+            f"{chat_id}, thread {thread_id}); unbind that topic first "
+            "(delete_telegram_topic_binding) or bind a new session to this topic"
+        )
+        self.session_id = session_id
+        self.chat_id = chat_id
+        self.thread_id = thread_id

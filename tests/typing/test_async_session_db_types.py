@@ -38,7 +38,7 @@ async def _every_result_type(adb: AsyncSessionDB) -> None:
     assert_type(await adb.list_sessions(limit=5), list[dict[str, Any]])
     assert_type(await adb.search_messages("hello"), list[dict[str, Any]])
     assert_type(await adb.has_platform_message_id("s1", "p1"), bool)
-    assert_type(await adb.load_routing_entries(), dict[str, str])
+    assert_type(await adb.load_gateway_routing_entries(), dict[str, str])
     assert_type(await adb.get_meta("k"), str | None)
 
 

@@ -14,10 +14,13 @@ import functools
 from collections.abc import Callable, Coroutine
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from hermes._core import Store
 from hermes.paths import state_db_path
+
+if TYPE_CHECKING:
+    from hermes._core import _Filter as Filter
 
 Synchronous = Literal["FULL", "NORMAL"]
 
@@ -102,6 +105,19 @@ class offloaded(Generic[_P, _R]):
             return await asyncio.to_thread(method, *args, **kwargs)
 
         return run_in_thread
+
+
+def all_of(*filters: Filter) -> Filter:
+    """The store's filter matching the rows every one of ``filters`` matches.
+
+    (A function rather than an ``("and", [...])`` literal, so mypy checks each filter.)
+    """
+    return ("and", filters)
+
+
+def any_of(*filters: Filter) -> Filter:
+    """The store's filter matching the rows any one of ``filters`` matches."""
+    return ("or", filters)
 
 
 def epoch(value: float | datetime) -> float:

@@ -14,17 +14,21 @@ pub enum Relation {
     Messages,
     GatewayRouting,
     StateMeta,
+    TelegramTopicModes,
+    TelegramTopicBindings,
     /// Ours: the api_server's stored `/v1/responses` answers (hermes-agent keeps
     /// them in a file of their own; it never reads or writes this table).
     Responses,
 }
 
 impl Relation {
-    pub const ALL: [Relation; 5] = [
+    pub const ALL: [Relation; 7] = [
         Relation::Sessions,
         Relation::Messages,
         Relation::GatewayRouting,
         Relation::StateMeta,
+        Relation::TelegramTopicModes,
+        Relation::TelegramTopicBindings,
         Relation::Responses,
     ];
 
@@ -35,6 +39,8 @@ impl Relation {
             Relation::Messages => "messages",
             Relation::GatewayRouting => "gateway_routing",
             Relation::StateMeta => "state_meta",
+            Relation::TelegramTopicModes => "telegram_dm_topic_mode",
+            Relation::TelegramTopicBindings => "telegram_dm_topic_bindings",
             Relation::Responses => "hermes_responses",
         }
     }
@@ -59,6 +65,8 @@ impl Relation {
             Relation::Sessions | Relation::Messages | Relation::Responses => &["id"],
             Relation::GatewayRouting => &["scope", "session_key"],
             Relation::StateMeta => &["key"],
+            Relation::TelegramTopicModes => &["chat_id"],
+            Relation::TelegramTopicBindings => &["chat_id", "thread_id"],
         }
     }
 
@@ -69,7 +77,11 @@ impl Relation {
         match self {
             Relation::Sessions => &["message_count", "tool_call_count"],
             Relation::Messages => &["session_id"],
-            Relation::GatewayRouting | Relation::StateMeta | Relation::Responses => &[],
+            Relation::GatewayRouting
+            | Relation::StateMeta
+            | Relation::TelegramTopicModes
+            | Relation::TelegramTopicBindings
+            | Relation::Responses => &[],
         }
     }
 
