@@ -59,6 +59,8 @@ _Relation: TypeAlias = Literal[
     "messages",
     "gateway_routing",
     "state_meta",
+    "compression_locks",
+    "session_model_usage",
     "telegram_dm_topic_mode",
     "telegram_dm_topic_bindings",
     "hermes_responses",
@@ -66,7 +68,9 @@ _Relation: TypeAlias = Literal[
 #: A value a filter compares with.
 _Scalar: TypeAlias = str | int | float | bytes | None
 #: A filter: a tree of tuples on column names (a name may also be a derived value of the
-#: relation: ``preview`` and ``last_active`` of sessions).
+#: relation, of sessions: ``preview``, ``last_active``, ``listed``, ``delegate_from``,
+#: ``chain_last_active``, ``chain_ids``, ``chain_titles``, ``chain_titles_compact``,
+#: ``total_tokens``, ``cost_usd``; see ``rust/src/store/query.rs``).
 _Filter: TypeAlias = (
     tuple[Literal["=", "!=", "<", "<=", ">", ">="], str, _Scalar]
     | tuple[Literal["in"], str, Iterable[_Scalar] | Select]
@@ -122,7 +126,8 @@ class Insert:
 
 @final
 class Update:
-    """Sets (``set``) and increments (``add``) columns of the rows ``where`` matches."""
+    """Sets (``set``), increments (``add``) and fills the NULL ones of (``fill_nulls``)
+    columns of the rows ``where`` matches."""
 
     def __new__(
         cls,
@@ -130,7 +135,8 @@ class Update:
         where: _Filter,
         set: Mapping[str, Any] | None = None,
         *,
-        add: Mapping[str, int] | None = None,
+        add: Mapping[str, int | float] | None = None,
+        fill_nulls: Mapping[str, Any] | None = None,
         must_match: bool = False,
     ) -> Update: ...
 
@@ -199,7 +205,7 @@ class Store:
         seed: Iterable[int] | None = None,
     ) -> int: ...
     def get_session(self, session_id: str) -> dict[str, Any] | None: ...
-    def message_count(self, session_id: str) -> int | None: ...
+    def live_message_count(self, session_id: str) -> int | None: ...
     def own_appends(self, session_id: str) -> int: ...
     def foreign_commit_since_last_look(self) -> bool: ...
     def get_messages(
@@ -222,4 +228,6 @@ class Store:
     def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool: ...
     def get_meta(self, key: str) -> str | None: ...
     def set_meta(self, key: str, value: str) -> None: ...
+    def vacuum(self) -> None:
+        """A truncating WAL checkpoint, then ``VACUUM``: the file shrinks to its rows."""
     def close(self) -> None: ...

@@ -2,7 +2,8 @@
 
 They are defined by the Rust core (so storage failures map to them in one
 place, ``rust/src/exceptions.rs``) and re-exported here as the public names, all but
-the ones only Python raises (``InvalidSettingError``, ``TopicAlreadyLinkedError``)::
+the ones only Python raises (``InvalidSettingError``, ``InvalidImportError``, the title errors,
+``TopicAlreadyLinkedError``)::
 
     HermesError
     ├── StateDbError                 the session database failed an operation
@@ -15,6 +16,9 @@ the ones only Python raises (``InvalidSettingError``, ``TopicAlreadyLinkedError`
     │   └── DatabaseClosedError      used after close()
     ├── MessageEncodeError           a message could not become a row
     ├── SessionNotFoundError         unknown session id
+    ├── InvalidImportError           an import_sessions batch refused whole (also a ValueError)
+    ├── InvalidTitleError            a session title too long to keep (also a ValueError)
+    │   └── TitleInUseError          another session has that title
     ├── TopicAlreadyLinkedError      the session has another Telegram topic (also a ValueError)
     └── ConfigError                  bad config.yaml / environment / flags
         └── InvalidSettingError      a setting's value fails its section's own check
@@ -45,11 +49,14 @@ __all__ = [
     "DatabaseLockedError",
     "DiskFullError",
     "HermesError",
+    "InvalidImportError",
+    "InvalidTitleError",
     "MessageEncodeError",
     "NotADatabaseError",
     "ReadOnlyDatabaseError",
     "SessionNotFoundError",
     "StateDbError",
+    "TitleInUseError",
     "TopicAlreadyLinkedError",
     "WriterBusyError",
 ]
@@ -63,6 +70,28 @@ class InvalidSettingError(ConfigError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(message)
         self.key = key
+
+
+class InvalidImportError(HermesError, ValueError):
+    """An ``import_sessions`` batch that is refused whole before anything is written (not a
+    list, too many sessions). A ``ValueError`` too, as hermes-agent raises."""
+
+
+class InvalidTitleError(HermesError, ValueError):
+    """A session title that cannot be kept (too long once cleaned). A ``ValueError`` too, as
+    hermes-agent raises one."""
+
+
+class TitleInUseError(InvalidTitleError):
+    """Another session already has the title: titles are unique (``holder`` has it)."""
+
+    def __init__(self, title: str, session_id: str, holder: str) -> None:
+        super().__init__(
+            f"Title {title!r} is already in use by session {holder}; choose another title "
+            f"for session {session_id} (or rename {holder} first)"
+        )
+        self.title = title
+        self.holder = holder
 
 
 class TopicAlreadyLinkedError(HermesError, ValueError):

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_hermes_agent_interop import PEER_PYTHON, SKIP_REASON, peer
+from test_hermes_agent_interop import PEER_PYTHON, SKIP_REASON
+from test_session_books_interop import calls
 
 from hermes.errors import TopicAlreadyLinkedError
 from hermes.state import SessionDB
@@ -20,15 +21,10 @@ from hermes.state import SessionDB
 pytestmark = pytest.mark.skipif(PEER_PYTHON is None, reason=SKIP_REASON)
 
 
-def calls(path: Path, session_id: str, home: Path, *steps: tuple[Any, ...]) -> list[Any]:
-    """hermes-agent's ``SessionDB`` methods called in order, each ``(method, kwargs)`` or
-    ``(method, *args)``; the result of each (or ``{"error": type name}``)."""
-    request = []
-    for method, *rest in steps:
-        kwargs = rest.pop() if rest and isinstance(rest[-1], dict) else {}
-        request.append([method, rest, kwargs])
-    answer = peer("calls", path, session_id, home, calls=request)
-    return [r.get("ok", r) for r in answer["results"]]
+def results(path: Path, session_id: str, home: Path, *steps: tuple[Any, ...]) -> list[Any]:
+    """hermes-agent's ``SessionDB`` methods called in order (see ``calls``): the value each
+    returned, or ``{"error": type name}``."""
+    return [r.get("ok", r) for r in calls(path, session_id, home, *steps)["results"]]
 
 
 def test_topics_handoffs_and_peers_we_write_are_read_and_respected_by_hermes_agent(
@@ -53,7 +49,7 @@ def test_topics_handoffs_and_peers_we_write_are_read_and_respected_by_hermes_age
                                            scope="/sessions")
 
     binding, by_session, enabled, linked, unlinked, relink, pending, claimed, state, peer_row, \
-        routing, session = calls(
+        routing, session = results(
             path, "loose", hermes_home,
             ("get_telegram_topic_binding", {"chat_id": "c1", "thread_id": "17"}),
             ("get_telegram_topic_binding_by_session", {"session_id": "topic"}),
@@ -84,7 +80,7 @@ def test_topics_handoffs_and_peers_we_write_are_read_and_respected_by_hermes_age
     assert (session["display_name"], session["expiry_finalized"]) == ("Ada", 1)
 
     # hermes-agent's own opt-in migration keeps our tables and their rows.
-    [migrated, still] = calls(
+    [migrated, still] = results(
         path, "loose", hermes_home, ("apply_telegram_topic_migration",),
         ("get_telegram_topic_binding", {"chat_id": "c1", "thread_id": "17"}),
     )
@@ -119,7 +115,7 @@ def test_topics_handoffs_and_routing_hermes_agent_writes_are_read_and_respected_
         assert db.delete_telegram_topic_binding(chat_id="c1", thread_id="5") == 1
         assert not db.is_telegram_topic_mode_enabled(chat_id="c1", user_id="u1")
 
-    state, second_claim, binding_after = calls(
+    state, second_claim, binding_after = results(
         path, "other", hermes_home,
         ("get_handoff_state", "other"),
         ("claim_handoff", "other"),

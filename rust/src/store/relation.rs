@@ -14,6 +14,8 @@ pub enum Relation {
     Messages,
     GatewayRouting,
     StateMeta,
+    CompressionLocks,
+    SessionModelUsage,
     TelegramTopicModes,
     TelegramTopicBindings,
     /// Ours: the api_server's stored `/v1/responses` answers (hermes-agent keeps
@@ -22,11 +24,13 @@ pub enum Relation {
 }
 
 impl Relation {
-    pub const ALL: [Relation; 7] = [
+    pub const ALL: [Relation; 9] = [
         Relation::Sessions,
         Relation::Messages,
         Relation::GatewayRouting,
         Relation::StateMeta,
+        Relation::CompressionLocks,
+        Relation::SessionModelUsage,
         Relation::TelegramTopicModes,
         Relation::TelegramTopicBindings,
         Relation::Responses,
@@ -39,6 +43,8 @@ impl Relation {
             Relation::Messages => "messages",
             Relation::GatewayRouting => "gateway_routing",
             Relation::StateMeta => "state_meta",
+            Relation::CompressionLocks => "compression_locks",
+            Relation::SessionModelUsage => "session_model_usage",
             Relation::TelegramTopicModes => "telegram_dm_topic_mode",
             Relation::TelegramTopicBindings => "telegram_dm_topic_bindings",
             Relation::Responses => "hermes_responses",
@@ -65,6 +71,15 @@ impl Relation {
             Relation::Sessions | Relation::Messages | Relation::Responses => &["id"],
             Relation::GatewayRouting => &["scope", "session_key"],
             Relation::StateMeta => &["key"],
+            Relation::CompressionLocks => &["session_id"],
+            Relation::SessionModelUsage => &[
+                "session_id",
+                "model",
+                "billing_provider",
+                "billing_base_url",
+                "billing_mode",
+                "task",
+            ],
             Relation::TelegramTopicModes => &["chat_id"],
             Relation::TelegramTopicBindings => &["chat_id", "thread_id"],
         }
@@ -79,6 +94,8 @@ impl Relation {
             Relation::Messages => &["session_id"],
             Relation::GatewayRouting
             | Relation::StateMeta
+            | Relation::CompressionLocks
+            | Relation::SessionModelUsage
             | Relation::TelegramTopicModes
             | Relation::TelegramTopicBindings
             | Relation::Responses => &[],
