@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from hermes._core import Delete, Store
-from hermes.errors import SessionNotFoundError, TopicAlreadyLinkedError
+from hermes.errors import DiskFullError, SessionNotFoundError, TopicAlreadyLinkedError
 from hermes.state import SessionDB
 
 
@@ -108,3 +109,14 @@ def test_unlinked_sessions_are_the_users_telegram_sessions_in_no_topic(db: Sessi
     assert rows[1]["preview"] == "x" * 60 + "..."
     assert [r["id"] for r in db.list_unlinked_telegram_sessions_for_user(
         chat_id="c", user_id="u", limit=1)] == ["recent"]
+
+
+def test_a_binding_that_fills_the_disk_fails_whole(mount_tmpfs: Callable[..., Path]) -> None:
+    with SessionDB(mount_tmpfs("small", "1m") / "state.db") as db:
+        db.create_session("s", "telegram", user_id="u")
+        with pytest.raises(DiskFullError, match="state.db"):
+            db.bind_telegram_topic(chat_id="c", thread_id="1", user_id="u",
+                                   session_key="k" * 4_000_000, session_id="s")
+        assert db.get_telegram_topic_binding(chat_id="c", thread_id="1") is None
+        bind(db, "1", "s")
+        assert db.is_telegram_session_linked_to_topic(session_id="s")
