@@ -361,7 +361,7 @@ def test_hostile_names_and_values_are_refused_or_stored_verbatim(tmp_path: Path)
         db.create_session(hostile, hostile, user_id=hostile, title=hostile)
         db.append_message(hostile, "user", hostile, tool_name=hostile,
                           platform_message_id=hostile)
-        db.save_routing_entry(hostile, json.dumps({"k": hostile}), scope=hostile)
+        db.save_gateway_routing_entry(hostile, json.dumps({"k": hostile}), scope=hostile)
         db.set_meta(hostile, hostile)
         for name in (hostile, "title = 'x', source", "id", "message_count) VALUES (1); --"):
             with pytest.raises((ConfigError, ValueError)):
@@ -374,7 +374,7 @@ def test_hostile_names_and_values_are_refused_or_stored_verbatim(tmp_path: Path)
         assert session["source"] == hostile and session["message_count"] == 1
         [row] = db.get_messages(hostile)
         assert row["content"] == hostile and row["tool_name"] == hostile
-        assert db.load_routing_entries(hostile) == {hostile: json.dumps({"k": hostile})}
+        assert db.load_gateway_routing_entries(scope=hostile) == {hostile: json.dumps({"k": hostile})}
         assert db.get_meta(hostile) == hostile
         assert db.has_platform_message_id(hostile, hostile)
         assert [h["content"] for h in db.search_messages(hostile)] == [hostile]
