@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hermes.cli.failures import CommandError
@@ -61,12 +62,17 @@ def gateway_config(config: HermesConfig, platform: str, extra: dict[str, Any], *
     return dataclasses.replace(gateway, platforms=platforms, state_db=config.store_location)
 
 
+def store_location(args: argparse.Namespace) -> Path | str:
+    """The session store of ``--db``, ``--database-url`` or the configuration."""
+    return load_config(store_flags(args)).store_location
+
+
 def open_db(args: argparse.Namespace) -> SessionDB:
     """The session store of ``--db``, ``--database-url`` or the configuration; a file that
     does not exist yet is an error (reading commands must not create an empty one)."""
     from hermes.state import SessionDB
 
-    location = load_config(store_flags(args)).store_location
+    location = store_location(args)
     if not store_exists(location):
         raise CommandError(f"no session database at {location}; run the gateway or `hermes "
                            "chat` first, or pass --db or --database-url")

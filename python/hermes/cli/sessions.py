@@ -11,13 +11,13 @@ import argparse
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from rich.text import Text
 
 from hermes.cli import transcripts
 from hermes.cli.arguments import Commands, add_db_flag, add_json_flag, count
-from hermes.cli.configuration import open_db
+from hermes.cli.configuration import open_db, store_location
 from hermes.cli.output import (
     Column,
     console,
@@ -30,6 +30,7 @@ from hermes.cli.output import (
     stderr_console,
     when,
 )
+from hermes.paths import store_exists
 
 _IDENT_HELP = ("session id (an api_server answer's X-Hermes-Session-Id) or title, chat id "
                "or session key")
@@ -83,8 +84,12 @@ def add_commands(commands: Commands) -> None:
 
 
 def list_sessions(args: argparse.Namespace) -> int:
-    with open_db(args) as db:
-        rows = db.list_sessions(source=args.source, limit=args.limit)
+    rows: list[dict[str, Any]] = []
+    # No database yet (a new $HERMES_HOME): nothing is stored, and a reading command creates
+    # no file.
+    if store_exists(store_location(args)):
+        with open_db(args) as db:
+            rows = db.list_sessions(source=args.source, limit=args.limit)
     if args.json:
         print_json(rows)
         return 0
@@ -120,8 +125,9 @@ def show_session(args: argparse.Namespace) -> int:
 
 def search_messages(args: argparse.Namespace) -> int:
     with open_db(args) as db:
-        hits = db.search_messages(args.query, source=args.source, session_id=args.session,
-                                  limit=args.limit)
+        sources = [args.source] if args.source else None
+        hits = db.search_messages(args.query, source_filter=sources, limit=args.limit,
+                                  session_id=args.session)
     if args.json:
         print_json(hits)
         return 0

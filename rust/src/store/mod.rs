@@ -17,6 +17,7 @@ mod own_appends;
 pub mod postgres;
 pub mod query;
 mod relation;
+pub mod search;
 pub mod sqlite;
 #[cfg(test)]
 mod test_support;
@@ -27,7 +28,10 @@ pub use location::{Location, Target};
 pub use own_appends::OwnAppends;
 pub use query::{Cmp, Derived, Filter, Order, Query, Term};
 pub use relation::Relation;
-pub use write::{Assign, Delete, Insert, NoMatch, OnConflict, Update, WriteOp, WriteOut};
+pub use search::{Search, SearchOrder};
+pub use write::{
+    Assign, Delete, IndexUpkeep, Insert, NoMatch, OnConflict, Update, WriteOp, WriteOut,
+};
 
 use std::ffi::OsStr;
 use std::sync::{LockResult, Mutex, MutexGuard, PoisonError};
@@ -137,7 +141,7 @@ pub trait Backend: Send + Sync {
     /// The session's row (an empty table when it does not exist).
     fn session(&self, id: &str) -> Result<Table>;
     /// The live `message_count` of a session (`None` when it does not exist).
-    fn message_count(&self, id: &str) -> Result<Option<i64>>;
+    fn live_message_count(&self, id: &str) -> Result<Option<i64>>;
     /// How many message rows this backend has committed to the session.
     fn own_appends(&self, session_id: &str) -> u64;
     /// Whether any other connection committed since the previous call.
@@ -158,9 +162,13 @@ pub trait Backend: Send + Sync {
     /// statistics, SQLite would search a source's sessions by its index and
     /// sort them all; this walks the start-time index and stops at the page.
     fn list_sessions(&self, page: &Page) -> Result<Table>;
-    /// Full-text search, with the query syntax of SQLite's FTS5.
-    fn search(&self, query: &str, page: &Page) -> Result<Table>;
+    /// Messages matching a search as a person types it (`store::search`),
+    /// best match first unless ordered by time.
+    fn search(&self, search: &Search) -> Result<Table>;
     fn has_platform_message_id(&self, session_id: &str, platform_message_id: &str) -> Result<bool>;
+    /// Gives the space of deleted rows back to the file system (SQLite: a
+    /// truncating WAL checkpoint, `VACUUM`, another checkpoint), between writes.
+    fn vacuum(&self) -> Result<()>;
     fn close(&self);
 }
 

@@ -24,11 +24,12 @@ mod write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+use self::error::classify;
 use super::batch::Patience;
 use super::columns::Columns;
 use super::{
-    lock, Backend, Filter, GroupCommit, Location, OwnAppends, Page, Query, Relation, WriteOp,
-    WriteOut,
+    lock, Backend, Filter, GroupCommit, Location, OwnAppends, Page, Query, Relation, Search,
+    WriteOp, WriteOut,
 };
 use crate::error::{Error, Result};
 use crate::model::Table;
@@ -139,8 +140,17 @@ impl Backend for PgBackend {
         self.session_row(id)
     }
 
-    fn message_count(&self, id: &str) -> Result<Option<i64>> {
+    fn live_message_count(&self, id: &str) -> Result<Option<i64>> {
         self.live_message_count(id)
+    }
+
+    fn vacuum(&self) -> Result<()> {
+        self.ensure_open()?;
+        self.read(|server, link| {
+            server
+                .block_on(link.client.batch_execute("VACUUM"))
+                .map_err(|e| classify(&self.at, e))
+        })
     }
 
     fn own_appends(&self, session_id: &str) -> u64 {
@@ -169,8 +179,8 @@ impl Backend for PgBackend {
         self.newest_sessions(page)
     }
 
-    fn search(&self, query: &str, page: &Page) -> Result<Table> {
-        self.search_messages(query, page)
+    fn search(&self, search: &Search) -> Result<Table> {
+        self.search_messages(search)
     }
 
     fn has_platform_message_id(&self, session_id: &str, platform_message_id: &str) -> Result<bool> {
