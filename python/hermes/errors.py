@@ -2,7 +2,7 @@
 
 They are defined by the Rust core (so storage failures map to them in one
 place, ``rust/src/exceptions.rs``) and re-exported here as the public names, all but
-the ones only Python raises (``InvalidSettingError``, the title errors)::
+the ones only Python raises (``InvalidSettingError``, ``InvalidImportError``, the title errors)::
 
     HermesError
     ├── StateDbError                 the session database failed an operation
@@ -15,6 +15,7 @@ the ones only Python raises (``InvalidSettingError``, the title errors)::
     │   └── DatabaseClosedError      used after close()
     ├── MessageEncodeError           a message could not become a row
     ├── SessionNotFoundError         unknown session id
+    ├── InvalidImportError           an import_sessions batch refused whole (also a ValueError)
     ├── InvalidTitleError            a session title too long to keep (also a ValueError)
     │   └── TitleInUseError          another session has that title
     └── ConfigError                  bad config.yaml / environment / flags
@@ -46,6 +47,7 @@ __all__ = [
     "DatabaseLockedError",
     "DiskFullError",
     "HermesError",
+    "InvalidImportError",
     "InvalidTitleError",
     "MessageEncodeError",
     "NotADatabaseError",
@@ -65,6 +67,11 @@ class InvalidSettingError(ConfigError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(message)
         self.key = key
+
+
+class InvalidImportError(HermesError, ValueError):
+    """An ``import_sessions`` batch that is refused whole before anything is written (not a
+    list, too many sessions). A ``ValueError`` too, as hermes-agent raises."""
 
 
 class InvalidTitleError(HermesError, ValueError):

@@ -202,8 +202,7 @@ fn text_cell(cell: ValueRef<'_>) -> String {
 
 #[pymethods]
 impl Store {
-    /// Opens the store at `location`: a `state.db` path (a `postgresql://`
-    /// URL is refused until that backend exists).
+    /// Opens the store at `location`: a `state.db` path, or a `postgresql://` URL.
     #[new]
     #[pyo3(signature = (location, *, synchronous = "FULL", busy_budget = 10.0))]
     fn new(
@@ -410,9 +409,9 @@ impl Store {
     }
 
     /// The live `message_count` (None if the session does not exist).
-    fn message_count(&self, py: Python<'_>, session_id: &str) -> PyResult<Option<i64>> {
+    fn live_message_count(&self, py: Python<'_>, session_id: &str) -> PyResult<Option<i64>> {
         let backend = &*self.backend;
-        Ok(py.detach(|| backend.message_count(session_id))?)
+        Ok(py.detach(|| backend.live_message_count(session_id))?)
     }
 
     /// How many message rows this store has committed to the session since
@@ -613,6 +612,12 @@ impl Store {
     }
 
     /// Closes every connection; later calls raise `DatabaseClosedError`.
+    /// A truncating WAL checkpoint, then `VACUUM`: the file shrinks to its rows.
+    fn vacuum(&self, py: Python<'_>) -> PyResult<()> {
+        let backend = &*self.backend;
+        Ok(py.detach(|| backend.vacuum())?)
+    }
+
     fn close(&self, py: Python<'_>) {
         let backend = &*self.backend;
         py.detach(|| backend.close());
