@@ -132,7 +132,14 @@ impl<'v> Sql<'v> {
                     sql.push(" = COALESCE(");
                     sql.column(alias, column);
                     sql.push(", 0) + ");
-                    sql.bind(ValueRef::Integer(*n), Type::INT8);
+                    sql.bind(n.as_ref(), types.of(relation, column));
+                }
+                Assign::FillNull(value) => {
+                    sql.push(" = COALESCE(");
+                    sql.column(alias, column);
+                    sql.push(", ");
+                    sql.bind(value.as_ref(), types.of(relation, column));
+                    sql.push(")");
                 }
             }
         }
