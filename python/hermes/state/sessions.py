@@ -234,7 +234,6 @@ class Sessions(StoreFace):
         accounted = bool(
             any(tokens.values()) or api_call_count or estimated_cost_usd or actual_cost_usd
         )
-        session = self.get_session(session_id)
         this: Filter = ("=", "id", session_id)
         ops: list[Insert | Update] = [
             Insert(
@@ -299,7 +298,8 @@ class Sessions(StoreFace):
                 added["actual_cost_usd"] = float(actual_cost_usd)
             ops.append(Update("sessions", this, latest or None, add=added, fill_nulls=fill or None))
             if any(tokens.values()) or api_call_count or estimated_cost_usd:
-                known = session or {}
+                given = (model, billing_provider, billing_base_url, billing_mode)
+                known = {} if all(given) else self._session_route(session_id)
                 ops += _model_usage(
                     session_id,
                     now,
@@ -315,6 +315,15 @@ class Sessions(StoreFace):
                     latest={k: v for k, v in latest.items() if k != "pricing_version"},
                 )
         self._store.write(ops)
+
+    def _session_route(self, session_id: str) -> dict[str, Any]:
+        """The session's model and billing route (empty without the session)."""
+        rows = self._store.query(
+            "sessions",
+            columns=["model", "billing_provider", "billing_base_url", "billing_mode"],
+            where=("=", "id", session_id),
+        )
+        return rows[0] if rows else {}
 
     def record_auxiliary_usage(
         self,
