@@ -198,3 +198,25 @@ def test_titles_and_lineage_run_as_coroutines(db: SessionDB) -> None:
         assert await adb.get_compression_tip("s1") == "s1"
 
     asyncio.run(scenario())
+
+
+def test_a_title_taken_between_the_check_and_the_write_is_refused_by_the_index(
+    db: SessionDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db.create_session("a", "cli")
+    db.create_session("b", "cli")
+    db.set_session_title("a", "shared")
+    db.set_session_title("b", "mine")
+    real_holder = db._title_holder
+    calls: list[str] = []
+
+    def racing_holder(title: str, session_id: str) -> str | None:
+        # The check before the write sees the title free, as it would in a race.
+        calls.append(title)
+        return None if len(calls) == 1 else real_holder(title, session_id)
+
+    monkeypatch.setattr(db, "_title_holder", racing_holder)
+    with pytest.raises(TitleInUseError) as info:
+        db.set_session_title("b", "shared")
+    assert info.value.holder == "a" and len(calls) == 2
+    assert (db.get_session_title("a"), db.get_session_title("b")) == ("shared", "mine")
