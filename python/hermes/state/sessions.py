@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hermes._core import Delete, Insert, Select, Update
-from hermes.state.face import AsyncFace, StoreFace, all_of, any_of, check_page, epoch, offloaded
+from hermes.state.face import (
+    AsyncFace,
+    StoreFace,
+    all_of,
+    any_of,
+    check_page,
+    epoch,
+    offloaded,
+)
 
 if TYPE_CHECKING:
     from hermes._core import _Filter as Filter
