@@ -2,7 +2,8 @@
 
 They are defined by the Rust core (so storage failures map to them in one
 place, ``rust/src/exceptions.rs``) and re-exported here as the public names, all but
-the ones only Python raises (``InvalidSettingError``, ``InvalidImportError``, the title errors)::
+the ones only Python raises (``InvalidSettingError``, ``InvalidImportError``, the title errors,
+``TopicAlreadyLinkedError``)::
 
     HermesError
     ├── StateDbError                 the session database failed an operation
@@ -20,6 +21,7 @@ the ones only Python raises (``InvalidSettingError``, ``InvalidImportError``, th
     ├── InvalidImportError           an import_sessions batch refused whole (also a ValueError)
     ├── InvalidTitleError            a session title too long to keep (also a ValueError)
     │   └── TitleInUseError          another session has that title
+    ├── TopicAlreadyLinkedError      the session has another Telegram topic (also a ValueError)
     └── ConfigError                  bad config.yaml / environment / flags
         └── InvalidSettingError      a setting's value fails its section's own check
 
@@ -60,6 +62,7 @@ __all__ = [
     "SessionNotFoundError",
     "StateDbError",
     "TitleInUseError",
+    "TopicAlreadyLinkedError",
     "WriterBusyError",
 ]
 
@@ -98,3 +101,18 @@ class TitleInUseError(InvalidTitleError):
         )
         self.title = title
         self.holder = holder
+
+
+class TopicAlreadyLinkedError(HermesError, ValueError):
+    """A session is bound to one Telegram topic at a time, and this one already has another
+    (``chat_id``, ``thread_id``). A ``ValueError`` too, as hermes-agent raises one."""
+
+    def __init__(self, session_id: str, chat_id: str, thread_id: str) -> None:
+        super().__init__(
+            f"session {session_id!r} is already linked to another Telegram topic (chat "
+            f"{chat_id}, thread {thread_id}); unbind that topic first "
+            "(delete_telegram_topic_binding) or bind a new session to this topic"
+        )
+        self.session_id = session_id
+        self.chat_id = chat_id
+        self.thread_id = thread_id

@@ -22,7 +22,7 @@ use crate::model::{self, NewMessage, RowRef, Table, Value, ValueRef};
 use crate::py_ops;
 use crate::store::{
     self, Assign, Backend, Durability, Filter, IndexUpkeep, Insert, NoMatch, OnConflict, Options,
-    Order, Page, Query, Relation, Search, SearchOrder, Term, Update, WriteOp, WriteOut,
+    Page, Query, Relation, Search, SearchOrder, Term, Update, WriteOp, WriteOut,
 };
 use crate::tracker::{AddressSet, Known, Plan, Tracker};
 
@@ -182,10 +182,6 @@ impl Store {
         } else {
             rows_to_list(py, &rows, decode::row)
         }
-    }
-
-    fn gateway_routing(scope: &str) -> Filter {
-        Filter::eq("scope", scope)
     }
 }
 
@@ -534,68 +530,6 @@ impl Store {
     ) -> PyResult<bool> {
         let backend = &*self.backend;
         Ok(py.detach(|| backend.has_platform_message_id(session_id, platform_message_id))?)
-    }
-
-    #[pyo3(signature = (session_key, entry_json, scope = ""))]
-    fn save_routing(
-        &self,
-        py: Python<'_>,
-        session_key: String,
-        entry_json: String,
-        scope: &str,
-    ) -> PyResult<()> {
-        let op = WriteOp::Insert(Insert {
-            relation: Relation::GatewayRouting,
-            values: vec![
-                ("scope".into(), scope.into()),
-                ("session_key".into(), session_key.into()),
-                ("entry_json".into(), entry_json.into()),
-                ("updated_at".into(), model::now().into()),
-            ],
-            on_conflict: OnConflict::Replace,
-        });
-        self.commit(py, op).map(drop)
-    }
-
-    #[pyo3(signature = (scope = ""))]
-    fn load_routing(&self, py: Python<'_>, scope: &str) -> PyResult<Vec<(String, String)>> {
-        let query = Query {
-            relation: Relation::GatewayRouting,
-            select: ["session_key", "entry_json"]
-                .map(|c| Term::Column(c.into()))
-                .into(),
-            filter: Self::gateway_routing(scope),
-            order: vec![Order {
-                term: Term::Column("session_key".into()),
-                descending: false,
-            }],
-            limit: None,
-            offset: 0,
-        };
-        let backend = &*self.backend;
-        let table = py.detach(|| backend.query(&query))?;
-        Ok(table
-            .rows()
-            .map(|r| (text_cell(r.get(0)), text_cell(r.get(1))))
-            .collect())
-    }
-
-    #[pyo3(signature = (session_keys, scope = ""))]
-    fn delete_routing(
-        &self,
-        py: Python<'_>,
-        session_keys: Vec<String>,
-        scope: &str,
-    ) -> PyResult<()> {
-        let keys = Filter::In(
-            Term::Column("session_key".into()),
-            session_keys.into_iter().map(Value::Text).collect(),
-        );
-        let op = WriteOp::Delete(store::Delete {
-            relation: Relation::GatewayRouting,
-            filter: Filter::And(vec![Self::gateway_routing(scope), keys]),
-        });
-        self.commit(py, op).map(drop)
     }
 
     fn get_meta(&self, py: Python<'_>, key: &str) -> PyResult<Option<String>> {

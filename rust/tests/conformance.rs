@@ -1165,6 +1165,47 @@ fn routing_and_meta_rows_are_written_read_and_deleted() {
 }
 
 #[test]
+fn a_topic_binding_names_one_session_and_goes_with_it() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "telegram", 1.0);
+        create(&*db, "t", "telegram", 1.0);
+        let bind = |thread: &str, session_id: &str| {
+            db.write(WriteOp::Insert(Insert {
+                relation: Relation::TelegramTopicBindings,
+                values: vec![
+                    ("chat_id".into(), text("c")),
+                    ("thread_id".into(), text(thread)),
+                    ("user_id".into(), text("u")),
+                    ("session_key".into(), text("k")),
+                    ("session_id".into(), text(session_id)),
+                    ("linked_at".into(), Value::Real(1.0)),
+                    ("updated_at".into(), Value::Real(1.0)),
+                ],
+                on_conflict: OnConflict::Fail,
+            }))
+        };
+        assert_eq!(bind("1", "s").unwrap(), WriteOut::Rows(1));
+        assert!(bind("2", "s").is_err(), "a session has one topic");
+        assert!(bind("3", "missing").is_err(), "a binding names a session");
+        assert_eq!(bind("4", "t").unwrap(), WriteOut::Rows(1));
+        let gone = WriteOp::Delete(Delete {
+            relation: Relation::Sessions,
+            filter: Filter::eq("id", "s"),
+        });
+        assert_eq!(db.write(gone).unwrap(), WriteOut::Rows(1));
+        let threads = Query {
+            select: vec![Term::Column("thread_id".into())],
+            ..Query::all(Relation::TelegramTopicBindings)
+        };
+        assert_eq!(
+            column(&db.query(&threads).unwrap(), "thread_id"),
+            [text("4")]
+        );
+    });
+}
+
+#[test]
 fn platform_message_ids_are_found_per_session() {
     on_every_backend(|open| {
         let db = open();

@@ -201,8 +201,8 @@ ASYNC_METHODS = [
     "create_session", "append_message", "append_messages", "get_session", "live_message_count",
     "foreign_commit_since_last_look", "get_messages", "get_messages_as_conversation",
     "update_session", "end_session", "reopen_session", "list_sessions", "search_messages",
-    "has_platform_message_id", "save_routing_entry", "load_routing_entries",
-    "delete_routing_entries", "get_meta", "set_meta", "close",
+    "has_platform_message_id", "save_gateway_routing_entry", "load_gateway_routing_entries",
+    "delete_gateway_routing_entries", "get_meta", "set_meta", "close",
 ]
 
 
@@ -232,10 +232,10 @@ def test_async_session_db_every_method_is_awaitable(tmp_path: Path) -> None:
         assert [s["id"] for s in await adb.list_sessions()] == ["s1"]
         assert len(await adb.search_messages("async")) == 1
         assert await adb.has_platform_message_id("s1", "p1") is True
-        await adb.save_routing_entry("k", "{}")
-        assert await adb.load_routing_entries() == {"k": "{}"}
-        await adb.delete_routing_entries(["k"])
-        assert await adb.load_routing_entries() == {}
+        await adb.save_gateway_routing_entry("k", "{}")
+        assert await adb.load_gateway_routing_entries() == {"k": "{}"}
+        await adb.delete_gateway_routing_entries(["k"])
+        assert await adb.load_gateway_routing_entries() == {}
         await adb.set_meta("m", "v")
         assert await adb.get_meta("m") == "v"
         await adb.close()

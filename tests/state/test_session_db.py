@@ -512,20 +512,20 @@ def test_has_platform_message_id(db: SessionDB) -> None:
 
 
 def test_routing_entries_save_load_delete(db_path: Path, db: SessionDB) -> None:
-    assert db.load_routing_entries() == {}
-    db.save_routing_entry("k1", '{"session_id": "a"}')
-    db.save_routing_entry("k2", '{"session_id": "b"}')
-    db.save_routing_entry("k1", '{"session_id": "c"}')  # replaces
-    db.save_routing_entry("k1", '{"session_id": "other-scope"}', scope="profile2")
-    assert db.load_routing_entries() == {"k1": '{"session_id": "c"}', "k2": '{"session_id": "b"}'}
-    assert db.load_routing_entries(scope="profile2") == {"k1": '{"session_id": "other-scope"}'}
-    db.delete_routing_entries(["k1", "never-there"])
-    assert db.load_routing_entries() == {"k2": '{"session_id": "b"}'}
-    assert db.load_routing_entries("profile2") == {"k1": '{"session_id": "other-scope"}'}
-    db.delete_routing_entries([], scope="profile2")
+    assert db.load_gateway_routing_entries() == {}
+    db.save_gateway_routing_entry("k1", '{"session_id": "a"}')
+    db.save_gateway_routing_entry("k2", '{"session_id": "b"}')
+    db.save_gateway_routing_entry("k1", '{"session_id": "c"}')  # replaces
+    db.save_gateway_routing_entry("k1", '{"session_id": "other-scope"}', scope="profile2")
+    assert db.load_gateway_routing_entries() == {"k1": '{"session_id": "c"}', "k2": '{"session_id": "b"}'}
+    assert db.load_gateway_routing_entries(scope="profile2") == {"k1": '{"session_id": "other-scope"}'}
+    db.delete_gateway_routing_entries(["k1", "never-there"])
+    assert db.load_gateway_routing_entries() == {"k2": '{"session_id": "b"}'}
+    assert db.load_gateway_routing_entries(scope="profile2") == {"k1": '{"session_id": "other-scope"}'}
+    db.delete_gateway_routing_entries([], scope="profile2")
     db.close()
     again = SessionDB(db_path)
-    assert again.load_routing_entries() == {"k2": '{"session_id": "b"}'}
+    assert again.load_gateway_routing_entries() == {"k2": '{"session_id": "b"}'}
     again.close()
 
 

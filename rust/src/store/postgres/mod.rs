@@ -24,6 +24,7 @@ mod write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+use self::error::classify;
 use super::batch::Patience;
 use super::columns::Columns;
 use super::{
@@ -139,8 +140,17 @@ impl Backend for PgBackend {
         self.session_row(id)
     }
 
-    fn message_count(&self, id: &str) -> Result<Option<i64>> {
+    fn live_message_count(&self, id: &str) -> Result<Option<i64>> {
         self.live_message_count(id)
+    }
+
+    fn vacuum(&self) -> Result<()> {
+        self.ensure_open()?;
+        self.read(|server, link| {
+            server
+                .block_on(link.client.batch_execute("VACUUM"))
+                .map_err(|e| classify(&self.at, e))
+        })
     }
 
     fn own_appends(&self, session_id: &str) -> u64 {

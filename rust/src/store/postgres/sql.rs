@@ -12,7 +12,9 @@ use std::fmt::Write as _;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::value::{Bound, Types};
+use crate::error::{Error, Result, StorageKind};
 use crate::model::ValueRef;
+use crate::store::Location;
 use crate::store::{
     Assign, Cmp, Delete, Derived, Filter, Insert, OnConflict, Query, Relation, Term, Update,
 };
@@ -22,6 +24,8 @@ pub struct Sql<'v> {
     params: Vec<(Bound<'v>, Type)>,
     types: &'v Types,
     aliases: usize,
+    /// A derived value this backend cannot compute yet, met while writing the statement.
+    unsupported: Option<Derived>,
 }
 
 impl<'v> Sql<'v> {
@@ -31,6 +35,22 @@ impl<'v> Sql<'v> {
             params: Vec::with_capacity(8),
             types,
             aliases: 0,
+            unsupported: None,
+        }
+    }
+
+    /// Refuses, before it runs, a statement that needs a derived value not built here yet.
+    pub fn check(&self, at: &Location) -> Result<()> {
+        match self.unsupported {
+            None => Ok(()),
+            Some(derived) => Err(Error::Storage {
+                kind: StorageKind::Other,
+                at: at.clone(),
+                detail: format!(
+                    "the derived value {:?} is not built for PostgreSQL yet; use a SQLite state.db for this call",
+                    derived.name()
+                ),
+            }),
         }
     }
 
@@ -132,7 +152,14 @@ impl<'v> Sql<'v> {
                     sql.push(" = COALESCE(");
                     sql.column(alias, column);
                     sql.push(", 0) + ");
-                    sql.bind(ValueRef::Integer(*n), Type::INT8);
+                    sql.bind(n.as_ref(), Type::INT8);
+                }
+                Assign::FillNull(value) => {
+                    sql.push(" = COALESCE(");
+                    sql.column(alias, column);
+                    sql.push(", ");
+                    sql.bind(value.as_ref(), types.of(relation, column));
+                    sql.push(")");
                 }
             }
         }
@@ -205,6 +232,9 @@ impl<'v> Sql<'v> {
             Term::Column(name) => self.types.of(relation, name),
             Term::Derived(Derived::Preview) => Type::TEXT,
             Term::Derived(Derived::LastActive) => Type::FLOAT8,
+            Term::Derived(Derived::TotalTokens | Derived::Listed) => Type::INT8,
+            Term::Derived(Derived::CostUsd | Derived::ChainLastActive) => Type::FLOAT8,
+            Term::Derived(_) => Type::TEXT,
         }
     }
 
@@ -267,6 +297,24 @@ impl<'v> Sql<'v> {
                 self.push("), ");
                 self.column(alias, "started_at");
                 self.push(")");
+            }
+            Term::Derived(Derived::TotalTokens) => {
+                self.push("(COALESCE(");
+                self.column(alias, "input_tokens");
+                self.push(", 0) + COALESCE(");
+                self.column(alias, "output_tokens");
+                self.push(", 0))");
+            }
+            Term::Derived(Derived::CostUsd) => {
+                self.push("COALESCE(");
+                self.column(alias, "actual_cost_usd");
+                self.push(", ");
+                self.column(alias, "estimated_cost_usd");
+                self.push(", 0)");
+            }
+            Term::Derived(other) => {
+                self.unsupported.get_or_insert(*other);
+                self.push("NULL");
             }
         }
     }

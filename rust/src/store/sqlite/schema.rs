@@ -9,6 +9,11 @@
 //!   (`idx_messages_session`, `idx_messages_session_active`): nothing of ours
 //!   reads through them, and each costs every flush one to five more pages
 //!   to write and fsync. Where they exist, SQLite maintains them as usual.
+//!
+//! One difference the other way: we create the Telegram topic-mode tables
+//! (`telegram_dm_topic_mode`, `telegram_dm_topic_bindings`) with the file, where
+//! hermes-agent creates them at a chat's first `/topic`. They are its version-2
+//! tables, which its opt-in migration then finds and keeps.
 
 use rusqlite::Connection;
 
@@ -124,6 +129,32 @@ CREATE TABLE IF NOT EXISTS gateway_routing (
     PRIMARY KEY (scope, session_key)
 );
 
+-- Telegram DM topic mode, as hermes-agent's opt-in migration (its version 2) creates it.
+CREATE TABLE IF NOT EXISTS telegram_dm_topic_mode (
+    chat_id TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    enabled INTEGER NOT NULL DEFAULT 1,
+    activated_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    has_topics_enabled INTEGER,
+    allows_users_to_create_topics INTEGER,
+    capability_checked_at REAL,
+    intro_message_id TEXT,
+    pinned_message_id TEXT
+);
+
+CREATE TABLE IF NOT EXISTS telegram_dm_topic_bindings (
+    chat_id TEXT NOT NULL,
+    thread_id TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    session_key TEXT NOT NULL,
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    managed_mode TEXT NOT NULL DEFAULT 'auto',
+    linked_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (chat_id, thread_id)
+);
+
 -- Ours (hermes-agent neither reads nor writes it): the api_server's stored
 -- /v1/responses answers, each with the conversation a response chained from
 -- it continues (conversation_json), owned by the caller that created it.
@@ -183,6 +214,10 @@ CREATE INDEX IF NOT EXISTS idx_sessions_session_key ON sessions(session_key, sta
 CREATE INDEX IF NOT EXISTS idx_sessions_gateway_peer
     ON sessions(source, user_id, chat_id, chat_type, thread_id, started_at DESC);
 CREATE INDEX IF NOT EXISTS idx_sessions_handoff_state ON sessions(handoff_state, started_at);
+CREATE UNIQUE INDEX IF NOT EXISTS idx_telegram_dm_topic_bindings_session
+    ON telegram_dm_topic_bindings(session_id);
+CREATE INDEX IF NOT EXISTS idx_telegram_dm_topic_bindings_user
+    ON telegram_dm_topic_bindings(user_id, chat_id);
 CREATE UNIQUE INDEX IF NOT EXISTS idx_sessions_title_unique ON sessions(title) WHERE title IS NOT NULL;
 -- Ours, in place of hermes-agent's two (session_id, [active,] timestamp)
 -- indexes (see the module doc): entries end with the rowid, so a session's
