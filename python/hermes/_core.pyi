@@ -15,6 +15,7 @@ __all__ = [
     "FlushTracker",
     "HermesError",
     "Insert",
+    "MAX_FTS5_QUERY_CHARS",
     "MessageEncodeError",
     "NotADatabaseError",
     "ReadOnlyDatabaseError",
@@ -22,6 +23,7 @@ __all__ = [
     "SCHEMA_SQL",
     "SCHEMA_VERSION",
     "SQLITE_VERSION",
+    "SearchQueryError",
     "Select",
     "SessionNotFoundError",
     "StateDbError",
@@ -36,6 +38,8 @@ SCHEMA_VERSION: int
 #: The DDL of a file we create (tables, indexes, search index and its triggers), one script.
 SCHEMA_SQL: str
 SQLITE_VERSION: str
+#: The longest search query read, in characters; the rest is ignored.
+MAX_FTS5_QUERY_CHARS: int
 __version__: str
 #: Keys marking a message dict as private retry scaffolding, never persisted.
 SCAFFOLDING_FLAGS: tuple[str, ...]
@@ -50,17 +54,28 @@ class ReadOnlyDatabaseError(StateDbError): ...
 class DiskFullError(StateDbError): ...
 class DatabaseClosedError(StateDbError): ...
 class MessageEncodeError(HermesError): ...
+class SearchQueryError(HermesError): ...
 class SessionNotFoundError(HermesError): ...
 class ConfigError(HermesError): ...
 
 #: The relations the typed operations name.
 _Relation: TypeAlias = Literal[
-    "sessions", "messages", "gateway_routing", "state_meta", "hermes_responses"
+    "sessions",
+    "messages",
+    "gateway_routing",
+    "state_meta",
+    "compression_locks",
+    "session_model_usage",
+    "telegram_dm_topic_mode",
+    "telegram_dm_topic_bindings",
+    "hermes_responses",
 ]
 #: A value a filter compares with.
 _Scalar: TypeAlias = str | int | float | bytes | None
 #: A filter: a tree of tuples on column names (a name may also be a derived value of the
-#: relation: ``preview`` and ``last_active`` of sessions).
+#: relation, of sessions: ``preview``, ``last_active``, ``listed``, ``delegate_from``,
+#: ``chain_last_active``, ``chain_ids``, ``chain_titles``, ``chain_titles_compact``,
+#: ``total_tokens``, ``cost_usd``; see ``rust/src/store/query.rs``).
 _Filter: TypeAlias = (
     tuple[Literal["=", "!=", "<", "<=", ">", ">="], str, _Scalar]
     | tuple[Literal["in"], str, Iterable[_Scalar] | Select]
@@ -116,7 +131,8 @@ class Insert:
 
 @final
 class Update:
-    """Sets (``set``) and increments (``add``) columns of the rows ``where`` matches."""
+    """Sets (``set``), increments (``add``) and fills the NULL ones of (``fill_nulls``)
+    columns of the rows ``where`` matches."""
 
     def __new__(
         cls,
@@ -124,7 +140,8 @@ class Update:
         where: _Filter,
         set: Mapping[str, Any] | None = None,
         *,
-        add: Mapping[str, int] | None = None,
+        add: Mapping[str, int | float] | None = None,
+        fill_nulls: Mapping[str, Any] | None = None,
         must_match: bool = False,
     ) -> Update: ...
 
@@ -193,7 +210,7 @@ class Store:
         seed: Iterable[int] | None = None,
     ) -> int: ...
     def get_session(self, session_id: str) -> dict[str, Any] | None: ...
-    def message_count(self, session_id: str) -> int | None: ...
+    def live_message_count(self, session_id: str) -> int | None: ...
     def own_appends(self, session_id: str) -> int: ...
     def foreign_commit_since_last_look(self) -> bool: ...
     def get_messages(
@@ -208,15 +225,20 @@ class Store:
     def search(
         self,
         query: str,
-        source: str | None = None,
+        *,
+        sources: Sequence[str] | None = None,
+        exclude_sources: Sequence[str] | None = None,
+        roles: Sequence[str] | None = None,
         session_id: str | None = None,
+        sort: str | None = None,
+        include_inactive: bool = False,
         limit: int = 20,
         offset: int = 0,
     ) -> list[dict[str, Any]]: ...
     def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool: ...
-    def save_routing(self, session_key: str, entry_json: str, scope: str = "") -> None: ...
-    def load_routing(self, scope: str = "") -> list[tuple[str, str]]: ...
-    def delete_routing(self, session_keys: Sequence[str], scope: str = "") -> None: ...
     def get_meta(self, key: str) -> str | None: ...
     def set_meta(self, key: str, value: str) -> None: ...
+    def search_index_upkeep(self, upkeep: Literal["optimize", "rebuild"]) -> int: ...
+    def vacuum(self) -> None:
+        """A truncating WAL checkpoint, then ``VACUUM``: the file shrinks to its rows."""
     def close(self) -> None: ...

@@ -14,8 +14,8 @@ use std::ffi::OsString;
 use _core::error::Error;
 use _core::model::{NewMessage, Table, Value, ValueRef};
 use _core::store::{
-    self, Assign, Backend, Cmp, Delete, Derived, Filter, Insert, Location, NoMatch, OnConflict,
-    Options, Order, Page, Query, Relation, Term, Update, WriteOp, WriteOut,
+    self, Assign, Backend, Cmp, Delete, Derived, Filter, IndexUpkeep, Insert, Location, NoMatch,
+    OnConflict, Options, Order, Page, Query, Relation, Search, Term, Update, WriteOp, WriteOut,
 };
 
 /// Opens one fresh store; each call is another handle on the same data.
@@ -27,7 +27,134 @@ type Factory = fn(&tempfile::TempDir) -> Option<Opener>;
 /// Every backend, by name. A PostgreSQL factory reads its server from
 /// `HERMES_TEST_POSTGRES_URL` and returns None without it.
 fn backends() -> Vec<(&'static str, Factory)> {
-    vec![("sqlite", sqlite)]
+    vec![
+        ("sqlite", sqlite),
+        #[cfg(feature = "postgres")]
+        ("postgresql", postgres::direct),
+        #[cfg(feature = "postgres")]
+        (
+            "postgresql behind PgBouncer (transaction mode)",
+            postgres::pgbouncer,
+        ),
+    ]
+}
+
+/// Fresh databases on the test server (`scripts/postgres` starts one).
+#[cfg(feature = "postgres")]
+mod postgres {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A new, empty database on the server of `HERMES_TEST_POSTGRES_URL`: its name.
+    fn fresh_database() -> Option<(String, String)> {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let base = std::env::var("HERMES_TEST_POSTGRES_URL").ok()?;
+        let name = format!(
+            "hermes_conformance_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let (client, connection) = tokio_postgres::connect(&base, tokio_postgres::NoTls)
+                .await
+                .expect("the test server answers");
+            tokio::spawn(connection);
+            client
+                .batch_execute(&format!("CREATE DATABASE {name}"))
+                .await
+                .expect("a test database is created");
+        });
+        Some((base, name))
+    }
+
+    /// `url` naming database `name` instead of its own.
+    fn with_database(url: &str, name: &str) -> OsString {
+        let (server, _) = url.rsplit_once('/').expect("a URL with a database");
+        format!("{server}/{name}").into()
+    }
+
+    fn opener(url: OsString) -> Opener {
+        Box::new(move || store::open(&url, Options::default()).expect("a fresh database opens"))
+    }
+
+    pub fn direct(_: &tempfile::TempDir) -> Option<Opener> {
+        let (base, name) = fresh_database()?;
+        Some(opener(with_database(&base, &name)))
+    }
+
+    pub fn pgbouncer(_: &tempfile::TempDir) -> Option<Opener> {
+        let bouncer = std::env::var("HERMES_TEST_PGBOUNCER_URL").ok()?;
+        let (_, name) = fresh_database()?;
+        Some(opener(with_database(&bouncer, &name)))
+    }
+
+    #[test]
+    fn hosts_starting_at_once_migrate_once() {
+        let Some((base, name)) = fresh_database() else {
+            eprintln!("postgresql skipped (HERMES_TEST_POSTGRES_URL unset)");
+            return;
+        };
+        let url = with_database(&base, &name);
+        let barrier = std::sync::Barrier::new(4);
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    barrier.wait();
+                    store::open(&url, Options::default()).expect("every host opens")
+                });
+            }
+        });
+        // schema_version is no relation of the typed operations: counted on a plain client.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let rows: i64 = runtime.block_on(async {
+            let url = url.to_str().unwrap();
+            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(connection);
+            client
+                .query_one("SELECT COUNT(*) FROM schema_version", &[])
+                .await
+                .unwrap()
+                .get(0)
+        });
+        assert_eq!(rows, 1, "one migration, one version row");
+    }
+
+    #[test]
+    fn nul_bytes_and_the_json_prefix_come_back_exactly() {
+        let Some((base, name)) = fresh_database() else {
+            eprintln!("postgresql skipped (HERMES_TEST_POSTGRES_URL unset)");
+            return;
+        };
+        let db = opener(with_database(&base, &name))();
+        create(&*db, "s\0id", "cli", 0.1 + 0.2);
+        let contents = ["\0json:[{\"type\":\"text\"}]", "a\0b\u{1}c\u{1}0", "plain"];
+        let rows = contents
+            .iter()
+            .map(|c| message("user", c, 1.0 / 3.0))
+            .collect();
+        append(&*db, "s\0id", rows).unwrap();
+        let table = db.messages("s\0id", false).unwrap();
+        let expected: Vec<Value> = contents.iter().map(|c| text(c)).collect();
+        assert_eq!(column(&table, "content"), expected);
+        assert_eq!(column(&table, "timestamp")[0], Value::Real(1.0 / 3.0));
+        assert_eq!(
+            session_value(&*db, "s\0id", "started_at"),
+            Value::Real(0.1 + 0.2)
+        );
+        let found = db
+            .query(&sessions_query(Filter::eq("id", "s\0id")))
+            .unwrap();
+        assert_eq!(ids(&found), [text("s\0id")]);
+    }
 }
 
 fn sqlite(dir: &tempfile::TempDir) -> Option<Opener> {
@@ -152,7 +279,7 @@ fn a_session_is_created_once_and_merges_later_columns() {
         assert_eq!(session_value(&*db, "s", "title"), text("Trip"));
         assert_eq!(session_value(&*db, "s", "message_count"), Value::Integer(0));
         assert_eq!(db.session("none").unwrap().row_count(), 0);
-        assert_eq!(db.message_count("none").unwrap(), None);
+        assert_eq!(db.live_message_count("none").unwrap(), None);
     });
 }
 
@@ -177,7 +304,7 @@ fn appended_messages_come_back_in_id_order_and_the_count_is_the_active_rows() {
             first[0] < more[0] && more[0] < more[1],
             "{first:?} {more:?}"
         );
-        assert_eq!(db.message_count("s").unwrap(), Some(3));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(3));
         assert_eq!(db.own_appends("s"), 3);
         assert_eq!(
             column(&db.messages("s", false).unwrap(), "content"),
@@ -202,7 +329,7 @@ fn appended_messages_come_back_in_id_order_and_the_count_is_the_active_rows() {
         })
         .unwrap();
         assert_eq!(seen, 503);
-        assert_eq!(db.message_count("s").unwrap(), Some(503));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(503));
     });
 }
 
@@ -231,7 +358,7 @@ fn a_once_key_appends_once() {
         };
         assert!(matches!(db.write(op()).unwrap(), WriteOut::Ids(ids) if ids.len() == 1));
         assert_eq!(db.write(op()).unwrap(), WriteOut::Ids(vec![]));
-        assert_eq!(db.message_count("s").unwrap(), Some(1));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(1));
     });
 }
 
@@ -246,7 +373,7 @@ fn a_write_now_commits_when_nothing_else_writes() {
             once_key: None,
         };
         assert!(matches!(db.write_now(op).unwrap(), WriteOut::Ids(ids) if ids.len() == 1));
-        assert_eq!(db.message_count("s").unwrap(), Some(1));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(1));
     });
 }
 
@@ -260,7 +387,7 @@ fn updates_set_add_and_require_and_check_their_columns() {
             Filter::eq("id", "s"),
             vec![
                 ("title", Assign::Value(text("Plan"))),
-                ("rewind_count", Assign::Add(2)),
+                ("rewind_count", Assign::Add(Value::Integer(2))),
             ],
         );
         assert_eq!(db.write(title).unwrap(), WriteOut::Rows(1));
@@ -295,6 +422,100 @@ fn updates_set_add_and_require_and_check_their_columns() {
 }
 
 #[test]
+fn updates_add_reals_and_fill_only_null_columns() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "cli", 1.0);
+        for _ in 0..2 {
+            let usage = set(
+                Relation::Sessions,
+                Filter::eq("id", "s"),
+                vec![
+                    ("estimated_cost_usd", Assign::Add(Value::Real(0.25))),
+                    ("model", Assign::FillNull(text("first"))),
+                ],
+            );
+            db.write(usage).unwrap();
+        }
+        assert_eq!(
+            session_value(&*db, "s", "estimated_cost_usd"),
+            Value::Real(0.5)
+        );
+        let second = set(
+            Relation::Sessions,
+            Filter::eq("id", "s"),
+            vec![("model", Assign::FillNull(text("second")))],
+        );
+        db.write(second).unwrap();
+        assert_eq!(session_value(&*db, "s", "model"), text("first"));
+    });
+}
+
+#[test]
+fn compression_locks_and_model_usage_rows_are_keyed_by_their_tables_keys() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "cli", 1.0);
+        let lock = |holder: &str| {
+            WriteOp::Insert(Insert {
+                relation: Relation::CompressionLocks,
+                values: vec![
+                    ("session_id".into(), text("s")),
+                    ("holder".into(), text(holder)),
+                    ("acquired_at".into(), Value::Real(1.0)),
+                    ("expires_at".into(), Value::Real(2.0)),
+                ],
+                on_conflict: OnConflict::Ignore,
+            })
+        };
+        assert_eq!(db.write(lock("a")).unwrap(), WriteOut::Rows(1));
+        assert_eq!(db.write(lock("b")).unwrap(), WriteOut::Rows(0));
+        let usage = |model: &str| {
+            WriteOp::Transaction(vec![
+                WriteOp::Insert(Insert {
+                    relation: Relation::SessionModelUsage,
+                    values: vec![
+                        ("session_id".into(), text("s")),
+                        ("model".into(), text(model)),
+                    ],
+                    on_conflict: OnConflict::Ignore,
+                }),
+                set(
+                    Relation::SessionModelUsage,
+                    Filter::And(vec![
+                        Filter::eq("session_id", "s"),
+                        Filter::eq("model", model),
+                    ]),
+                    vec![("input_tokens", Assign::Add(Value::Integer(10)))],
+                ),
+            ])
+        };
+        for model in ["m1", "m1", "m2"] {
+            db.write(usage(model)).unwrap();
+        }
+        let query = Query {
+            select: vec![Term::Column("input_tokens".into())],
+            filter: Filter::eq("session_id", "s"),
+            order: vec![Order {
+                term: Term::Column("model".into()),
+                descending: false,
+            }],
+            ..Query::all(Relation::SessionModelUsage)
+        };
+        let table = db.query(&query).unwrap();
+        assert_eq!(
+            column(&table, "input_tokens"),
+            [Value::Integer(20), Value::Integer(10)]
+        );
+        let holders = Query {
+            select: vec![Term::Column("holder".into())],
+            ..Query::all(Relation::CompressionLocks)
+        };
+        assert_eq!(column(&db.query(&holders).unwrap(), "holder"), [text("a")]);
+    });
+}
+
+#[test]
 fn rewinding_and_deleting_messages_keep_the_count_at_the_active_rows() {
     on_every_backend(|open| {
         let db = open();
@@ -315,7 +536,7 @@ fn rewinding_and_deleting_messages_keep_the_count_at_the_active_rows() {
             vec![("active", Assign::Value(Value::Integer(0)))],
         );
         assert_eq!(db.write(rewind).unwrap(), WriteOut::Rows(3));
-        assert_eq!(db.message_count("s").unwrap(), Some(2));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(2));
         assert_eq!(db.messages("s", false).unwrap().row_count(), 2);
         assert_eq!(db.messages("s", true).unwrap().row_count(), 5);
         let restore = set(
@@ -324,7 +545,7 @@ fn rewinding_and_deleting_messages_keep_the_count_at_the_active_rows() {
             vec![("active", Assign::Value(Value::Integer(1)))],
         );
         db.write(restore).unwrap();
-        assert_eq!(db.message_count("s").unwrap(), Some(5));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(5));
         let first_two = WriteOp::Delete(Delete {
             relation: Relation::Messages,
             filter: Filter::In(
@@ -333,9 +554,9 @@ fn rewinding_and_deleting_messages_keep_the_count_at_the_active_rows() {
             ),
         });
         assert_eq!(db.write(first_two).unwrap(), WriteOut::Rows(2));
-        assert_eq!(db.message_count("s").unwrap(), Some(3));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(3));
         assert_eq!(
-            db.message_count("t").unwrap(),
+            db.live_message_count("t").unwrap(),
             Some(1),
             "another session untouched"
         );
@@ -538,6 +759,152 @@ fn queries_filter_order_page_and_derive() {
 }
 
 #[test]
+fn lineage_and_upkeep_values_are_derived_per_session() {
+    on_every_backend(|open| {
+        let db = open();
+        // root -> cont (a compression continuation) -> tip; a branch, a
+        // delegate run and a plain child of root; a row with broken JSON.
+        for (id, started) in [
+            ("root", 1.0),
+            ("cont", 2.0),
+            ("tip", 3.0),
+            ("branch", 4.0),
+            ("delegate", 5.0),
+            ("child", 6.0),
+            ("broken", 7.0),
+        ] {
+            create(&*db, id, "cli", started);
+        }
+        let assign = |id: &str, values: Vec<(&str, Value)>| {
+            db.write(set(
+                Relation::Sessions,
+                Filter::eq("id", id),
+                values
+                    .into_iter()
+                    .map(|(c, v)| (c, Assign::Value(v)))
+                    .collect(),
+            ))
+            .unwrap();
+        };
+        let compressed = || text("compression");
+        assign(
+            "root",
+            vec![("end_reason", compressed()), ("title", text("AN-94 plan"))],
+        );
+        assign(
+            "cont",
+            vec![
+                ("parent_session_id", text("root")),
+                ("end_reason", compressed()),
+            ],
+        );
+        assign(
+            "tip",
+            vec![("parent_session_id", text("cont")), ("title", text("Tip"))],
+        );
+        assign(
+            "branch",
+            vec![
+                ("parent_session_id", text("root")),
+                ("model_config", text(r#"{"_branched_from": "root"}"#)),
+            ],
+        );
+        assign(
+            "delegate",
+            vec![
+                ("parent_session_id", text("root")),
+                ("model_config", text(r#"{"_delegate_from": "root"}"#)),
+                ("input_tokens", Value::Integer(5)),
+                ("output_tokens", Value::Integer(7)),
+                ("estimated_cost_usd", Value::Real(0.5)),
+            ],
+        );
+        assign("child", vec![("parent_session_id", text("tip"))]);
+        assign("broken", vec![("model_config", text("{not json"))]);
+        append(&*db, "tip", vec![message("user", "late", 50.0)]).unwrap();
+        let derived = |d: Derived| {
+            let query = Query {
+                select: vec![Term::Column("id".into()), Term::Derived(d)],
+                ..sessions_query(Filter::All)
+            };
+            column(&db.query(&query).unwrap(), d.name())
+        };
+        // Ids in order: branch, broken, child, cont, delegate, root, tip.
+        let ints = |v: &[i64]| v.iter().map(|&n| Value::Integer(n)).collect::<Vec<_>>();
+        assert_eq!(derived(Derived::Listed), ints(&[1, 1, 0, 0, 0, 1, 0]));
+        assert_eq!(
+            derived(Derived::DelegateFrom),
+            [
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                text("root"),
+                Value::Null,
+                Value::Null
+            ]
+        );
+        assert_eq!(
+            derived(Derived::ChainLastActive)[5..],
+            [Value::Real(50.0), Value::Real(50.0)]
+        );
+        assert_eq!(derived(Derived::ChainLastActive)[0], Value::Real(4.0));
+        assert_eq!(
+            derived(Derived::ChainIds)[5],
+            text("root\u{1f}cont\u{1f}tip")
+        );
+        assert_eq!(
+            derived(Derived::ChainTitles)[5],
+            text("an-94 plan\u{1f}\u{1f}tip")
+        );
+        assert_eq!(
+            derived(Derived::ChainTitlesCompact)[5],
+            text("an94plan\u{1f}\u{1f}tip")
+        );
+        assert_eq!(derived(Derived::TotalTokens)[4], Value::Integer(12));
+        assert_eq!(derived(Derived::CostUsd)[4], Value::Real(0.5));
+        assert_eq!(derived(Derived::CostUsd)[0], Value::Integer(0));
+        // A chain that loops ends.
+        assign("root", vec![("parent_session_id", text("cont"))]);
+        assert_eq!(
+            derived(Derived::ChainIds)[5],
+            text("root\u{1f}cont\u{1f}tip")
+        );
+        // Listing filters on a derived value.
+        let listed = Filter::Compare(Term::Derived(Derived::Listed), Cmp::Eq, Value::Integer(1));
+        assert_eq!(db.count(Relation::Sessions, &listed).unwrap(), 2);
+    });
+}
+
+#[test]
+fn vacuum_keeps_every_row_and_the_store_writes_on() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "cli", 1.0);
+        let big = "x".repeat(4000);
+        let rows = (0..200)
+            .map(|i| message("user", &big, f64::from(i)))
+            .collect();
+        append(&*db, "s", rows).unwrap();
+        create(&*db, "kept", "cli", 2.0);
+        append(&*db, "kept", vec![message("user", "kept", 1.0)]).unwrap();
+        db.write(WriteOp::Delete(Delete {
+            relation: Relation::Messages,
+            filter: Filter::eq("session_id", "s"),
+        }))
+        .unwrap();
+        db.vacuum().unwrap();
+        assert_eq!(db.live_message_count("s").unwrap(), Some(0));
+        assert_eq!(
+            column(&db.messages("kept", false).unwrap(), "content"),
+            [text("kept")]
+        );
+        append(&*db, "s", vec![message("user", "after", 1.0)]).unwrap();
+        assert_eq!(db.live_message_count("s").unwrap(), Some(1));
+    });
+}
+
+#[test]
 fn the_session_list_is_newest_first_by_source_in_pages() {
     on_every_backend(|open| {
         let db = open();
@@ -607,13 +974,67 @@ fn a_transaction_writes_all_or_nothing() {
             .unwrap_err();
         assert!(matches!(err, Error::SessionNotFound { .. }));
         assert_eq!(session_value(&*db, "s", "title"), Value::Null);
-        assert_eq!(db.message_count("s").unwrap(), Some(0));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(0));
         assert_eq!(db.own_appends("s"), 0);
         let out = db.write(WriteOp::Transaction(vec![title, add])).unwrap();
         assert!(matches!(&out, WriteOut::Many(outs) if outs.len() == 2));
         assert_eq!(out.rows(), 2);
-        assert_eq!(db.message_count("s").unwrap(), Some(1));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(1));
         assert_eq!(db.own_appends("s"), 1);
+    });
+}
+
+#[test]
+fn search_finds_cjk_text_by_trigrams_and_by_substring() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "a", "cli", 1.0);
+        let chat = "昨天和其他Agent的聊天记录，记忆断裂问题复现了";
+        let long = append(&*db, "a", vec![message("user", chat, 1.0)]).unwrap();
+        let percent = append(&*db, "a", vec![message("user", "达成100%完成率", 2.0)]).unwrap();
+        append(&*db, "a", vec![message("user", "达成100完成率是目标", 3.0)]).unwrap();
+        let search = |query: &str| {
+            let search = Search {
+                query: query.into(),
+                limit: 10,
+                ..Search::default()
+            };
+            ids(&db.search(&search).unwrap())
+        };
+        // Three characters or more: the trigram index; fewer: a substring scan.
+        assert_eq!(search("记忆断裂"), [Value::Integer(long[0])]);
+        assert_eq!(search("聊天"), [Value::Integer(long[0])]);
+        assert_eq!(search("Agent的"), [Value::Integer(long[0])]);
+        assert_eq!(search("100%完成"), [Value::Integer(percent[0])]);
+        assert_eq!(search("记忆断裂 OR 目标").len(), 2);
+        assert_eq!(search("达成 NOT 目标"), [Value::Integer(percent[0])]);
+        assert!(search("断裂连接").is_empty());
+    });
+}
+
+#[test]
+fn search_index_upkeep_runs_on_every_index_and_keeps_every_hit() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "a", "cli", 1.0);
+        for text in ["docker one", "docker two", "记忆断裂"] {
+            append(&*db, "a", vec![message("user", text, 1.0)]).unwrap();
+        }
+        let hits = |query: &str| {
+            let search = Search {
+                query: query.into(),
+                limit: 10,
+                ..Search::default()
+            };
+            db.search(&search).unwrap().rows().count()
+        };
+        for upkeep in [IndexUpkeep::Optimize, IndexUpkeep::Rebuild] {
+            assert_eq!(
+                db.write(WriteOp::SearchIndex(upkeep)).unwrap(),
+                WriteOut::Rows(2)
+            );
+            assert_eq!((hits("docker"), hits("记忆断裂")), (2, 1), "{upkeep:?}");
+        }
     });
 }
 
@@ -626,10 +1047,11 @@ fn search_finds_committed_rows_by_word_source_and_session() {
         let a = append(&*db, "a", vec![message("user", "the docker daemon", 1.0)]).unwrap();
         let b = append(&*db, "b", vec![message("user", "docker compose up", 1.0)]).unwrap();
         append(&*db, "b", vec![message("user", "nothing to see", 1.0)]).unwrap();
-        let search = |page: Page| ids(&db.search("docker", &page).unwrap());
-        let page = Page {
+        let search = |search: Search| ids(&db.search(&search).unwrap());
+        let page = Search {
+            query: "docker".into(),
             limit: 10,
-            ..Page::default()
+            ..Search::default()
         };
         let mut all = search(page.clone());
         all.sort_by_key(|v| match v {
@@ -637,20 +1059,37 @@ fn search_finds_committed_rows_by_word_source_and_session() {
             _ => 0,
         });
         assert_eq!(all, [Value::Integer(a[0]), Value::Integer(b[0])]);
-        let telegram = Page {
-            source: Some("telegram".into()),
+        let telegram = Search {
+            sources: Some(vec!["telegram".into()]),
             ..page.clone()
         };
         assert_eq!(search(telegram), [Value::Integer(b[0])]);
-        let in_a = Page {
+        let not_telegram = Search {
+            exclude_sources: Some(vec!["telegram".into()]),
+            ..page.clone()
+        };
+        assert_eq!(search(not_telegram), [Value::Integer(a[0])]);
+        let in_a = Search {
             session_id: Some("a".into()),
             ..page.clone()
         };
         assert_eq!(search(in_a), [Value::Integer(a[0])]);
-        assert!(matches!(
-            db.search("\"unbalanced", &page),
-            Err(Error::BadQuery { .. })
-        ));
+        // Whatever a person types runs.
+        for typed in [
+            "\"unbalanced",
+            "C++",
+            "a AND OR b",
+            "(x",
+            "***",
+            "TODO: fix",
+            "",
+        ] {
+            let typed = Search {
+                query: typed.into(),
+                ..page.clone()
+            };
+            assert!(db.search(&typed).is_ok(), "{typed:?}");
+        }
         // A rewound row is not found.
         db.write(set(
             Relation::Messages,
@@ -726,6 +1165,47 @@ fn routing_and_meta_rows_are_written_read_and_deleted() {
 }
 
 #[test]
+fn a_topic_binding_names_one_session_and_goes_with_it() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "telegram", 1.0);
+        create(&*db, "t", "telegram", 1.0);
+        let bind = |thread: &str, session_id: &str| {
+            db.write(WriteOp::Insert(Insert {
+                relation: Relation::TelegramTopicBindings,
+                values: vec![
+                    ("chat_id".into(), text("c")),
+                    ("thread_id".into(), text(thread)),
+                    ("user_id".into(), text("u")),
+                    ("session_key".into(), text("k")),
+                    ("session_id".into(), text(session_id)),
+                    ("linked_at".into(), Value::Real(1.0)),
+                    ("updated_at".into(), Value::Real(1.0)),
+                ],
+                on_conflict: OnConflict::Fail,
+            }))
+        };
+        assert_eq!(bind("1", "s").unwrap(), WriteOut::Rows(1));
+        assert!(bind("2", "s").is_err(), "a session has one topic");
+        assert!(bind("3", "missing").is_err(), "a binding names a session");
+        assert_eq!(bind("4", "t").unwrap(), WriteOut::Rows(1));
+        let gone = WriteOp::Delete(Delete {
+            relation: Relation::Sessions,
+            filter: Filter::eq("id", "s"),
+        });
+        assert_eq!(db.write(gone).unwrap(), WriteOut::Rows(1));
+        let threads = Query {
+            select: vec![Term::Column("thread_id".into())],
+            ..Query::all(Relation::TelegramTopicBindings)
+        };
+        assert_eq!(
+            column(&db.query(&threads).unwrap(), "thread_id"),
+            [text("4")]
+        );
+    });
+}
+
+#[test]
 fn platform_message_ids_are_found_per_session() {
     on_every_backend(|open| {
         let db = open();
@@ -754,7 +1234,7 @@ fn another_handles_commits_are_foreign_and_counted_live() {
         append(&*b, "s", vec![message("user", "theirs", 1.0)]).unwrap();
         assert!(a.foreign_commit_since_last_look().unwrap());
         assert!(!a.foreign_commit_since_last_look().unwrap());
-        assert_eq!(a.message_count("s").unwrap(), Some(2));
+        assert_eq!(a.live_message_count("s").unwrap(), Some(2));
         assert_eq!((a.own_appends("s"), b.own_appends("s")), (1, 1));
     });
 }
@@ -827,14 +1307,15 @@ fn a_closed_store_refuses_every_operation_and_keeps_its_data() {
         let closed =
             |r: Result<(), Error>| assert!(matches!(r, Err(Error::Closed { .. })), "{r:?}");
         closed(append(&*db, "s", vec![message("user", "x", 1.0)]).map(drop));
-        closed(db.message_count("s").map(drop));
+        closed(db.live_message_count("s").map(drop));
         closed(db.session("s").map(drop));
         closed(db.query(&Query::all(Relation::Sessions)).map(drop));
         closed(db.count(Relation::Sessions, &Filter::All).map(drop));
         closed(db.foreign_commit_since_last_look().map(drop));
-        closed(db.search("kept", &Page::default()).map(drop));
+        closed(db.search(&Search::default()).map(drop));
+        closed(db.vacuum());
         let again = open();
-        assert_eq!(again.message_count("s").unwrap(), Some(1));
+        assert_eq!(again.live_message_count("s").unwrap(), Some(1));
         assert_eq!(
             column(&again.messages("s", false).unwrap(), "content"),
             [text("kept")]

@@ -41,7 +41,7 @@ def cron(db_path: Path, seconds: float) -> dict[str, Any]:
         if n % 4 == 0:
             try:
                 sessions = [json.loads(v)["session_id"]
-                            for v in db.load_routing_entries().values()]
+                            for v in db.load_gateway_routing_entries().values()]
             except Exception:
                 errors.append(traceback.format_exc())
                 sessions = []
@@ -76,9 +76,9 @@ def reader(db_path: Path, seconds: float) -> dict[str, Any]:
             sessions = db.list_sessions(limit=50)
             for session in random.sample(sessions, min(3, len(sessions))):
                 sid = session["id"]
-                before = db.message_count(sid) or 0
+                before = db.live_message_count(sid) or 0
                 rows = db.get_messages(sid)
-                after = db.message_count(sid) or 0
+                after = db.live_message_count(sid) or 0
                 reads += 1
                 if not before <= len(rows) <= after:
                     violations.append(f"{sid}: message_count {before}..{after}, {len(rows)} rows")

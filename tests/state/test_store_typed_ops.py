@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hermes._core import Append, Delete, Insert, Select, Store, Update
-from hermes.errors import ConfigError, SessionNotFoundError
+from hermes.errors import ConfigError, DatabaseLockedError, SessionNotFoundError
 
 
 @pytest.fixture
@@ -63,7 +63,7 @@ def test_write_runs_its_ops_in_one_transaction_all_or_none(store: Store) -> None
         store.write(fails)
     a = store.get_session("a")
     assert a is not None and a["title"] is None
-    assert store.message_count("a") == 0
+    assert store.live_message_count("a") == 0
     done = store.write([
         Update("sessions", ("=", "id", "a"), {"title": "kept"}, add={"rewind_count": 2}),
         Append("a", [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]),
@@ -83,7 +83,7 @@ def test_rewinding_through_an_update_recounts_the_session(store: Store) -> None:
     [n] = store.write([Update("messages", ("and", [("=", "session_id", "a"),
                                                    (">=", "id", msg_ids[2])]), {"active": 0})])
     assert n == 2
-    assert store.message_count("a") == 2
+    assert store.live_message_count("a") == 2
     assert [m["content"] for m in store.get_conversation("a")] == ["0", "1"]
 
 
@@ -140,10 +140,12 @@ def test_columns_and_location_describe_the_open_store(store: Store, tmp_path: Pa
     again.close()
 
 
-def test_a_postgresql_url_is_refused_without_its_password(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError) as info:
-        Store("postgresql://hermes:s3cret@db.example/state")
+def test_an_unreachable_postgresql_server_is_named_without_its_password(
+        tmp_path: Path) -> None:
+    # Nothing listens on port 1 of the loopback.
+    with pytest.raises(DatabaseLockedError) as info:
+        Store("postgresql://hermes:s3cret@127.0.0.1:1/state")
     text = str(info.value)
-    assert "PostgreSQL support is not built yet" in text
-    assert "postgresql://hermes@db.example/state" in text and "s3cret" not in text
+    assert "the PostgreSQL server did not answer" in text
+    assert "postgresql://hermes@127.0.0.1:1/state" in text and "s3cret" not in text
     assert list(tmp_path.iterdir()) == []

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
-from hermes._core import Store
+from hermes._core import Append, Delete, Insert, SessionNotFoundError, Store, Update
 from hermes.paths import state_db_path
+
+if TYPE_CHECKING:
+    from hermes._core import _Filter as Filter
 
 Synchronous = Literal["FULL", "NORMAL"]
 
@@ -49,21 +52,36 @@ class StoreFace:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def apply(self, ops: Iterable[Insert | Update | Delete | Append]) -> list[int]:
+        """Runs typed write operations (``hermes._core.Insert``, ``Update``, ``Delete``,
+        ``Append``) in one transaction, all or none; returns the rows each wrote.
+
+        For a caller that must write several rows atomically in a way no method offers
+        (an API creating a session and its first messages, refused if the id is taken):
+        names are checked against the open store's columns, and the counters and search
+        index stay in step as with every other write.
+        """
+        return self._store.write(ops)
+
     def close(self) -> None:
         """Closes the file; later calls raise DatabaseClosedError."""
         self._store.close()
 
-
-class AsyncFace:
-    """The synchronous DB an :class:`~hermes.state.AsyncSessionDB` runs its calls on."""
-
-    def __init__(self, db: StoreFace) -> None:
-        self._db = db
-
-    @property
-    def sync(self) -> StoreFace:
-        """The wrapped synchronous DB."""
-        return self._db
+    def _update_session_row(
+        self, session_id: str, columns: Mapping[str, Any], *, also: Filter | None = None
+    ) -> int:
+        """Sets columns of the session row (where the filter ``also`` holds too); raises
+        SessionNotFoundError if there is no such session. Returns the rows changed."""
+        where: Filter = ("=", "id", session_id)
+        if also is not None:
+            where = all_of(where, also)
+        [changed] = self._store.write([Update("sessions", where, dict(columns))])
+        if changed == 0 and self._store.count("sessions", ("=", "id", session_id)) == 0:
+            raise SessionNotFoundError(
+                f"session {session_id!r}: not found in {self.db_path}. "
+                "Create it first with create_session()."
+            )
+        return changed
 
 
 class offloaded(Generic[_P, _R]):
@@ -102,6 +120,33 @@ class offloaded(Generic[_P, _R]):
             return await asyncio.to_thread(method, *args, **kwargs)
 
         return run_in_thread
+
+
+def all_of(*filters: Filter) -> Filter:
+    """The store's filter matching the rows every one of ``filters`` matches.
+
+    (A function rather than an ``("and", [...])`` literal, so mypy checks each filter.)
+    """
+    return ("and", filters)
+
+
+def any_of(*filters: Filter) -> Filter:
+    """The store's filter matching the rows any one of ``filters`` matches."""
+    return ("or", filters)
+
+
+class AsyncFace:
+    """The synchronous DB an :class:`~hermes.state.AsyncSessionDB` runs its calls on."""
+
+    def __init__(self, db: StoreFace) -> None:
+        self._db = db
+
+    @property
+    def sync(self) -> StoreFace:
+        """The wrapped synchronous DB."""
+        return self._db
+
+    apply = offloaded(StoreFace.apply)
 
 
 def epoch(value: float | datetime) -> float:

@@ -30,6 +30,19 @@ pub enum WriteOp {
     Delete(Delete),
     /// Several writes in order, all or none: one failing fails them all.
     Transaction(Vec<WriteOp>),
+    /// Upkeep of every search index the store has; returns how many
+    /// (`WriteOut::Rows`).
+    SearchIndex(IndexUpkeep),
+}
+
+/// What is done to the search indexes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexUpkeep {
+    /// Merges each index into one segment: smaller and faster, same results.
+    Optimize,
+    /// Indexes every message afresh, from the messages themselves (the
+    /// recovery for a damaged index).
+    Rebuild,
 }
 
 /// One row of named columns. Its key columns decide what it conflicts with.
@@ -67,8 +80,10 @@ pub struct Update {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Assign {
     Value(Value),
-    /// Its current value (NULL counts as 0) plus this.
-    Add(i64),
+    /// Its current value (NULL counts as 0) plus this number (an integer or a real).
+    Add(Value),
+    /// Its current value, or this one where it is NULL (the first writer wins).
+    FillNull(Value),
 }
 
 /// The error of an update that required a row and matched none.

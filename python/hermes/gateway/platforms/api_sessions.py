@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from hermes._core import Append, Delete, Insert, Update
+from hermes._core import Append, Insert
 from hermes.errors import StateDbError
 from hermes.gateway.client_turn import ClientTurn, TurnReport, caller_chat
 from hermes.gateway.commands import MAX_TITLE_LENGTH
@@ -332,8 +332,7 @@ def _create_session(store: SessionStore, source: SessionSource, row: dict[str, A
     if messages:
         ops.append(Append(session_id, messages))
     try:
-        # TODO([H]): use SessionDB.create_session refusing a taken id or title
-        db._store.write(ops)
+        db.apply(ops)
     except StateDbError as exc:
         if db.get_session(session_id) is not None:
             raise RequestError(409, f"a session {session_id!r} exists already; choose another "
@@ -363,13 +362,7 @@ def _update_session(store: SessionStore, session_id: str, changes: dict[str, Any
 def _delete_session(store: SessionStore, source: SessionSource, session_id: str) -> None:
     """The session's messages and row, its children unlinked, in one transaction; then its
     routing, so a later turn naming it finds nothing."""
-    # TODO([H]): use SessionDB.delete_session
-    store.state_db._store.write([
-        Update("sessions", ("=", "parent_session_id", session_id),
-               {"parent_session_id": None}),
-        Delete("messages", ("=", "session_id", session_id)),
-        Delete("sessions", ("=", "id", session_id)),
-    ])
+    store.state_db.delete_session(session_id)
     store.forget_session(store.session_key(source))
 
 

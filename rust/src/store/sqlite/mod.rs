@@ -36,16 +36,20 @@ use rusqlite::Connection;
 use super::batch::Patience;
 use super::columns::Columns;
 use super::{
-    lock, Backend, Filter, GroupCommit, Location, OwnAppends, Page, Query, Relation, WriteOp,
-    WriteOut,
+    lock, Backend, Filter, GroupCommit, Location, OwnAppends, Page, Query, Relation, Search,
+    WriteOp, WriteOut,
 };
 use crate::error::{Error, Result};
 use crate::model::Table;
 use connection::Writer;
+use error::At as _;
 use indexer::Indexer;
 use open::FileId;
 
 pub use schema::{ensure as ensure_schema, schema_sql};
+/// The v22 tables and indexes in SQLite's dialect, which the PostgreSQL backend translates.
+#[cfg(feature = "postgres")]
+pub(crate) use schema::{INDEXES as SCHEMA_INDEXES, TABLES as SCHEMA_TABLES};
 
 /// The SQLite library's version (bundled with the core).
 pub fn version() -> &'static str {
@@ -147,7 +151,7 @@ impl Backend for SqliteBackend {
         self.session_row(id)
     }
 
-    fn message_count(&self, id: &str) -> Result<Option<i64>> {
+    fn live_message_count(&self, id: &str) -> Result<Option<i64>> {
         self.live_message_count(id)
     }
 
@@ -179,12 +183,24 @@ impl Backend for SqliteBackend {
         self.newest_sessions(page)
     }
 
-    fn search(&self, query: &str, page: &Page) -> Result<Table> {
-        self.search_messages(query, page)
+    fn search(&self, search: &Search) -> Result<Table> {
+        self.search_messages(search)
     }
 
     fn has_platform_message_id(&self, session_id: &str, platform_message_id: &str) -> Result<bool> {
         self.has_platform_message(session_id, platform_message_id)
+    }
+
+    fn vacuum(&self) -> Result<()> {
+        self.ensure_open()?;
+        let writer = lock(&self.writer);
+        let w = writer.as_ref().ok_or_else(|| self.closed_error())?;
+        w.conn
+            // VACUUM writes the new file through the WAL: the second checkpoint moves it in.
+            .execute_batch(
+                "PRAGMA wal_checkpoint(TRUNCATE); VACUUM; PRAGMA wal_checkpoint(TRUNCATE)",
+            )
+            .at(&self.at)
     }
 
     fn close(&self) {

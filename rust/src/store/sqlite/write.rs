@@ -3,7 +3,7 @@
 use rusqlite::{params, params_from_iter, Connection, Statement};
 
 use super::error::At;
-use super::search_index::{IndexPlan, INDEXED_COLUMNS};
+use super::search_index::{self, IndexPlan, INDEXED_COLUMNS};
 use super::sql::Sql;
 use super::SqliteBackend;
 use crate::error::{Error, Result};
@@ -39,6 +39,9 @@ impl SqliteBackend {
                 .map(|op| self.apply(conn, index, op))
                 .collect::<Result<_>>()
                 .map(WriteOut::Many),
+            WriteOp::SearchIndex(upkeep) => search_index::upkeep(conn, *upkeep)
+                .at(&self.at)
+                .map(WriteOut::Rows),
         }
     }
 
@@ -282,7 +285,7 @@ mod tests {
         create(&db, "s");
         append(&db, "s", 3).unwrap();
         append(&db, "s", 2).unwrap();
-        assert_eq!(db.message_count("s").unwrap(), Some(5));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(5));
         assert_eq!(db.messages("s", false).unwrap().rows().count(), 5);
     }
 
@@ -373,7 +376,7 @@ mod tests {
                 Relation::Sessions,
                 Filter::eq("id", id),
                 vec![
-                    ("rewind_count", Assign::Add(2)),
+                    ("rewind_count", Assign::Add(Value::Integer(2))),
                     ("title", Assign::Value("t".into())),
                 ],
             );
@@ -424,15 +427,15 @@ mod tests {
             db.write(WriteOp::Update(rewind)).unwrap(),
             WriteOut::Rows(2)
         );
-        assert_eq!(db.message_count("a").unwrap(), Some(2));
+        assert_eq!(db.live_message_count("a").unwrap(), Some(2));
         assert_eq!(db.messages("a", false).unwrap().row_count(), 2);
-        assert_eq!(db.message_count("b").unwrap(), Some(2));
+        assert_eq!(db.live_message_count("b").unwrap(), Some(2));
         let gone = Delete {
             relation: Relation::Messages,
             filter: Filter::eq("session_id", "b"),
         };
         assert_eq!(db.write(WriteOp::Delete(gone)).unwrap(), WriteOut::Rows(2));
-        assert_eq!(db.message_count("b").unwrap(), Some(0));
+        assert_eq!(db.live_message_count("b").unwrap(), Some(0));
     }
 
     #[test]
