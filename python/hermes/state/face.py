@@ -14,7 +14,18 @@ import functools
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    ParamSpec,
+    TypeVar,
+    overload,
+)
+
+from typing_extensions import Self
 
 from hermes._core import Append, Delete, Insert, SessionNotFoundError, Store, Update
 from hermes.paths import is_database_url, state_db_path
@@ -55,7 +66,7 @@ class StoreFace:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.location!r}, synchronous={self.synchronous!r})"
 
-    def __enter__(self: _Face) -> _Face:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
