@@ -290,21 +290,20 @@ impl<'v> Sql<'v> {
                 self.push(")");
             }
             Term::Derived(Derived::Listed) => {
-                let t = format!("t{alias}");
                 self.push("CASE WHEN (");
-                self.push(&t);
-                self.push(".\"parent_session_id\" IS NULL OR ");
-                self.marker(&t, "_branched_from");
+                self.column(alias, "parent_session_id");
+                self.push(" IS NULL OR ");
+                self.marker(Some(alias), "_branched_from");
                 self.push(" IS NOT NULL OR EXISTS (SELECT 1 FROM sessions p WHERE p.id = ");
-                self.push(&t);
-                self.push(".\"parent_session_id\" AND p.end_reason = 'branched' AND ");
-                self.push(&t);
-                self.push(".\"started_at\" >= p.ended_at)) AND ");
-                self.marker(&t, "_delegate_from");
+                self.column(alias, "parent_session_id");
+                self.push(" AND p.end_reason = 'branched' AND ");
+                self.column(alias, "started_at");
+                self.push(" >= p.ended_at)) AND ");
+                self.marker(Some(alias), "_delegate_from");
                 self.push(" IS NULL THEN 1 ELSE 0 END");
             }
             Term::Derived(Derived::DelegateFrom) => {
-                self.marker(&format!("t{alias}"), "_delegate_from");
+                self.marker(Some(alias), "_delegate_from");
             }
             Term::Derived(Derived::ChainLastActive) => self.chain(
                 alias,
@@ -340,22 +339,30 @@ impl<'v> Sql<'v> {
         }
     }
 
-    /// A string key of `table`'s `model_config`, NULL when the column is not JSON.
-    fn marker(&mut self, table: &str, key: &str) {
+    /// `key` of a session's `model_config` JSON (NULL when it is not JSON): of the query's
+    /// session `alias`, or of the chain walk's session `k` with None.
+    fn marker(&mut self, alias: Option<usize>, key: &'static str) {
         self.push("CASE WHEN json_valid(");
-        self.push(table);
-        self.push(".\"model_config\") THEN json_extract(");
-        self.push(table);
-        self.push(".\"model_config\", '$.");
+        self.model_config(alias);
+        self.push(") THEN json_extract(");
+        self.model_config(alias);
+        self.push(", '$.");
         self.push(key);
         self.push("') END");
+    }
+
+    fn model_config(&mut self, alias: Option<usize>) {
+        match alias {
+            Some(alias) => self.column(alias, "model_config"),
+            None => self.push("k.\"model_config\""),
+        }
     }
 
     /// `aggregate` over the sessions (as `c`) of the compression chain that
     /// starts at the row: it and, recursively, each child of a session that
     /// ended `compression` that is no branch, delegate run or tool session.
     /// `UNION` ends a chain that loops.
-    fn chain(&mut self, alias: usize, aggregate: &str) {
+    fn chain(&mut self, alias: usize, aggregate: &'static str) {
         self.push("(WITH RECURSIVE ch(id) AS (SELECT ");
         self.column(alias, "id");
         self.push(
@@ -363,9 +370,9 @@ impl<'v> Sql<'v> {
              JOIN sessions k ON k.parent_session_id = ch.id \
              WHERE p.end_reason = 'compression' AND ",
         );
-        self.marker("k", "_branched_from");
+        self.marker(None, "_branched_from");
         self.push(" IS NULL AND ");
-        self.marker("k", "_delegate_from");
+        self.marker(None, "_delegate_from");
         self.push(" IS NULL AND COALESCE(k.source, '') != 'tool') SELECT ");
         self.push(aggregate);
         self.push(" FROM ch JOIN sessions c ON c.id = ch.id)");
