@@ -48,9 +48,6 @@ def message_text(content: Any) -> str:
         return text or "[multimodal content]"
     return content if isinstance(content, str) else ""
 
-#: The most sessions a lineage walk follows (hermes-agent's bound too).
-_MAX_LINEAGE = 100
-
 #: A recalled-memory block, the note that introduces one, and a stray fence tag
 #: (hermes-agent's memory fencing); any of them in stored text is a leak.
 _MEMORY_CONTEXT = re.compile(
@@ -186,7 +183,7 @@ class Messages(StoreFace):
         (:mod:`hermes.state.alternation`); the stored rows stay as they are.
         """
         if include_ancestors:
-            messages = self._lineage_conversation(self._lineage_root_to_tip(session_id),
+            messages = self._lineage_conversation(self._parent_chain(session_id),
                                                   include_inactive)
         else:
             messages = _without_memory_context(
@@ -206,7 +203,7 @@ class Messages(StoreFace):
         """The live messages of the sessions ``session_id`` continues (not its own), as
         ``get_messages_as_conversation(include_ancestors=True)`` shows them: what a resumed
         session's display puts before its own history. Empty without ancestors."""
-        return self._lineage_conversation(self._lineage_root_to_tip(session_id)[:-1], False)
+        return self._lineage_conversation(self._parent_chain(session_id)[:-1], False)
 
     def replace_messages(
         self, session_id: str, messages: Sequence[Mapping[str, Any]], active_only: bool = False
@@ -331,18 +328,6 @@ class Messages(StoreFace):
                 if not _replays_a_user_prompt(messages, message):
                     messages.append(message)
         return _without_memory_context(messages)
-
-    def _lineage_root_to_tip(self, session_id: str) -> list[str]:
-        """The session and those it continues (``parent_session_id``), root first; stops at
-        a missing session, a cycle, or :data:`_MAX_LINEAGE` sessions."""
-        chain: list[str] = []
-        current: str | None = session_id
-        while current is not None and current not in chain and len(chain) < _MAX_LINEAGE:
-            chain.append(current)
-            rows = self._store.query("sessions", columns=["parent_session_id"],
-                                     where=("=", "id", current))
-            current = rows[0]["parent_session_id"] if rows else None
-        return chain[::-1]
 
     def _require_session(self, session_id: str) -> None:
         if self._store.count("sessions", ("=", "id", session_id)) == 0:
