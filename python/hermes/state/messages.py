@@ -205,6 +205,61 @@ class Messages(StoreFace):
         session's display puts before its own history. Empty without ancestors."""
         return self._lineage_conversation(self._parent_chain(session_id)[:-1], False)
 
+    def get_messages_around(
+        self, session_id: str, around_message_id: int, window: int = 5
+    ) -> dict[str, Any]:
+        """The messages of the session around one (rewound ones too), in id order:
+        ``window`` (up to ``window`` before it, itself, up to ``window`` after),
+        ``messages_before`` and ``messages_after`` (fewer than ``window``: the session's
+        start or end is reached). An empty window when the message is not in the session."""
+        window = max(window, 0)
+        in_session: Filter = ("=", "session_id", session_id)
+        before = self._store.query(
+            "messages", where=all_of(in_session, ("<=", "id", around_message_id)),
+            order_by=["-id"], limit=window + 1)
+        if not before or before[0]["id"] != around_message_id:
+            return {"window": [], "messages_before": 0, "messages_after": 0}
+        after = self._store.query(
+            "messages", where=all_of(in_session, (">", "id", around_message_id)),
+            order_by=["id"], limit=window)
+        return {"window": before[::-1] + after, "messages_before": len(before) - 1,
+                "messages_after": len(after)}
+
+    def get_anchored_view(
+        self,
+        session_id: str,
+        around_message_id: int,
+        window: int = 5,
+        bookend: int = 3,
+        keep_roles: tuple[str, ...] | None = ("user", "assistant"),
+    ) -> dict[str, Any]:
+        """:meth:`get_messages_around`, its window kept to ``keep_roles`` (the anchor
+        always stays; None keeps every role), plus the session's first and last
+        ``bookend`` messages with text of those roles outside the window
+        (``bookend_start``, ``bookend_end``): a hit anywhere in a long session shows its
+        opening and its end too."""
+        around = self.get_messages_around(session_id, around_message_id, window)
+        rows = around["window"]
+        around.update(bookend_start=[], bookend_end=[])
+        if not rows:
+            return around
+        if keep_roles is not None:
+            around["window"] = [m for m in rows
+                                if m["id"] == around_message_id or m["role"] in keep_roles]
+        if bookend <= 0:
+            return around
+        with_text: Filter = all_of(("=", "session_id", session_id),
+                                   ("is not null", "content"), ("!=", "content", ""))
+        if keep_roles is not None:
+            with_text = all_of(with_text, ("in", "role", list(keep_roles)))
+        around["bookend_start"] = self._store.query(
+            "messages", where=all_of(with_text, ("<", "id", rows[0]["id"])), order_by=["id"],
+            limit=bookend)
+        around["bookend_end"] = self._store.query(
+            "messages", where=all_of(with_text, (">", "id", rows[-1]["id"])),
+            order_by=["-id"], limit=bookend)[::-1]
+        return around
+
     def replace_messages(
         self, session_id: str, messages: Sequence[Mapping[str, Any]], active_only: bool = False
     ) -> None:
@@ -357,3 +412,5 @@ class AsyncMessages(AsyncFace):
     list_recent_user_messages = offloaded(Messages.list_recent_user_messages)
     get_ancestor_display_prefix = offloaded(Messages.get_ancestor_display_prefix)
     get_resume_conversations = offloaded(Messages.get_resume_conversations)
+    get_messages_around = offloaded(Messages.get_messages_around)
+    get_anchored_view = offloaded(Messages.get_anchored_view)
