@@ -290,11 +290,19 @@ def render(doc: dict[str, Any]) -> str:
     row(f"`export_session`, {cfg['big']:,} messages", doc["export"])
     row(f"`delete_session`, {cfg['big']:,} messages", doc["delete"])
     row(f"`prune_sessions`, {cfg['pruned']:,} of {cfg['pruned'] + cfg['kept']:,} sessions", doc["prune"])
+    code = doc.get("code", {})
     lines = [
-        f"Run {doc['utc']} ({doc['kind']}, `{doc['command']}`, {doc['wall_s']} s, load "
-        f"{doc['loadavg_start']} → {doc['loadavg_end']}). p50 of each call; delete and prune on a "
-        f"fresh copy of the file each time ({cfg['copies']} copies). Last column: rows each returned "
-        "(listed, exported messages, deleted: they must agree).",
+        "## Session store: listing, export, deletion (issue [H])",
+        "",
+        f"A separate run: `{doc['command']}` ({doc['kind']}) at {doc['utc']}, {doc['wall_s']:.0f} s wall, "
+        f"commit `{code.get('commit', '?')}`{' (uncommitted changes)' if code.get('dirty') else ''}, "
+        f"load average {doc['loadavg_start']} → {doc['loadavg_end']}. Results file: "
+        f"`{doc.get('results_file', 'benches/results/store_ops.json')}`. Each file is created by "
+        "hermes-agent 0.19.0 (its schema, both search indexes and their triggers), filled by our bulk "
+        "writer, and then opened by each system in its own process: the same bytes. p50 of each call; "
+        f"delete and prune run on a fresh copy of the file each time ({cfg['copies']} copies each). "
+        "Ratios are hermes-agent ÷ hermes (> 1: we are faster). Last column: what each returned "
+        "(rows listed, messages exported, sessions deleted), which must agree.",
         "",
         *table(["operation", "hermes", "hermes-agent", "ahead ×", "rows (ours / theirs)"], rows,
                right=(1, 2, 3)),

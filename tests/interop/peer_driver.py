@@ -11,7 +11,9 @@ Requests (``op``):
 * ``append``: ``append_message`` for each message (its per-message API);
 * ``flush``: its agent's flush of a live list (its real write path),
   creating the session first if needed;
-* ``search``: ``search_messages(query)`` session ids of the hits.
+* ``search``: ``search_messages(query)`` session ids of the hits;
+* ``call``: any public ``SessionDB`` method, ``method`` with ``args`` and ``kwargs``; its
+  ``result`` (JSON, other values as text).
 
 Every request names ``db`` (the state.db path) and ``session_id``.
 """
@@ -93,6 +95,11 @@ def main() -> None:
             agent._flush_messages_to_session_db(live, history)
         elif op == "search":
             answer["hits"] = sorted({h["session_id"] for h in db.search_messages(req["query"])})
+        elif op == "call":
+            if req["method"].startswith("_"):
+                raise SystemExit(f"not a public method: {req['method']!r}")
+            result = getattr(db, req["method"])(*req.get("args", []), **req.get("kwargs", {}))
+            answer["result"] = json.loads(json.dumps(result, default=str))
         elif op != "read":
             raise SystemExit(f"unknown op {op!r}")
         answer.update(_state(db, path, sid))

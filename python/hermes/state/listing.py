@@ -159,14 +159,22 @@ class Listing(StoreFace):
                 if compact_needle:
                     either.append(("like", "chain_titles_compact", f"%{like_escape(compact_needle)}%"))
                 matches.append(("or", either))
-            rows = self._store.query(
+            # The page's ids first, then their rows: sorting carries only the id and the key,
+            # so previews and columns are built for the page, not for every admitted row.
+            page = self._store.query(
                 "sessions",
-                columns=columns,
+                columns=["id"],
                 where=("and", matches),
                 order_by=["-chain_last_active", "-started_at", "-id"],
                 limit=limit,
                 offset=offset,
             )
+            ids = [r["id"] for r in page]
+            found = {
+                r["id"]: r
+                for r in self._store.query("sessions", columns=columns, where=("in", "id", ids))
+            }
+            rows = [found[i] for i in ids if i in found]
         else:
             rows = self._store.query(
                 "sessions",
