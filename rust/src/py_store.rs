@@ -205,8 +205,7 @@ fn text_cell(cell: ValueRef<'_>) -> String {
 
 #[pymethods]
 impl Store {
-    /// Opens the store at `location`: a `state.db` path (a `postgresql://`
-    /// URL is refused until that backend exists).
+    /// Opens the store at `location`: a `state.db` path, or a `postgresql://` URL.
     #[new]
     #[pyo3(signature = (location, *, synchronous = "FULL", busy_budget = 10.0))]
     fn new(

@@ -27,7 +27,134 @@ type Factory = fn(&tempfile::TempDir) -> Option<Opener>;
 /// Every backend, by name. A PostgreSQL factory reads its server from
 /// `HERMES_TEST_POSTGRES_URL` and returns None without it.
 fn backends() -> Vec<(&'static str, Factory)> {
-    vec![("sqlite", sqlite)]
+    vec![
+        ("sqlite", sqlite),
+        #[cfg(feature = "postgres")]
+        ("postgresql", postgres::direct),
+        #[cfg(feature = "postgres")]
+        (
+            "postgresql behind PgBouncer (transaction mode)",
+            postgres::pgbouncer,
+        ),
+    ]
+}
+
+/// Fresh databases on the test server (`scripts/postgres` starts one).
+#[cfg(feature = "postgres")]
+mod postgres {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A new, empty database on the server of `HERMES_TEST_POSTGRES_URL`: its name.
+    fn fresh_database() -> Option<(String, String)> {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let base = std::env::var("HERMES_TEST_POSTGRES_URL").ok()?;
+        let name = format!(
+            "hermes_conformance_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let (client, connection) = tokio_postgres::connect(&base, tokio_postgres::NoTls)
+                .await
+                .expect("the test server answers");
+            tokio::spawn(connection);
+            client
+                .batch_execute(&format!("CREATE DATABASE {name}"))
+                .await
+                .expect("a test database is created");
+        });
+        Some((base, name))
+    }
+
+    /// `url` naming database `name` instead of its own.
+    fn with_database(url: &str, name: &str) -> OsString {
+        let (server, _) = url.rsplit_once('/').expect("a URL with a database");
+        format!("{server}/{name}").into()
+    }
+
+    fn opener(url: OsString) -> Opener {
+        Box::new(move || store::open(&url, Options::default()).expect("a fresh database opens"))
+    }
+
+    pub fn direct(_: &tempfile::TempDir) -> Option<Opener> {
+        let (base, name) = fresh_database()?;
+        Some(opener(with_database(&base, &name)))
+    }
+
+    pub fn pgbouncer(_: &tempfile::TempDir) -> Option<Opener> {
+        let bouncer = std::env::var("HERMES_TEST_PGBOUNCER_URL").ok()?;
+        let (_, name) = fresh_database()?;
+        Some(opener(with_database(&bouncer, &name)))
+    }
+
+    #[test]
+    fn hosts_starting_at_once_migrate_once() {
+        let Some((base, name)) = fresh_database() else {
+            eprintln!("postgresql skipped (HERMES_TEST_POSTGRES_URL unset)");
+            return;
+        };
+        let url = with_database(&base, &name);
+        let barrier = std::sync::Barrier::new(4);
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    barrier.wait();
+                    store::open(&url, Options::default()).expect("every host opens")
+                });
+            }
+        });
+        // schema_version is no relation of the typed operations: counted on a plain client.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let rows: i64 = runtime.block_on(async {
+            let url = url.to_str().unwrap();
+            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(connection);
+            client
+                .query_one("SELECT COUNT(*) FROM schema_version", &[])
+                .await
+                .unwrap()
+                .get(0)
+        });
+        assert_eq!(rows, 1, "one migration, one version row");
+    }
+
+    #[test]
+    fn nul_bytes_and_the_json_prefix_come_back_exactly() {
+        let Some((base, name)) = fresh_database() else {
+            eprintln!("postgresql skipped (HERMES_TEST_POSTGRES_URL unset)");
+            return;
+        };
+        let db = opener(with_database(&base, &name))();
+        create(&*db, "s\0id", "cli", 0.1 + 0.2);
+        let contents = ["\0json:[{\"type\":\"text\"}]", "a\0b\u{1}c\u{1}0", "plain"];
+        let rows = contents
+            .iter()
+            .map(|c| message("user", c, 1.0 / 3.0))
+            .collect();
+        append(&*db, "s\0id", rows).unwrap();
+        let table = db.messages("s\0id", false).unwrap();
+        let expected: Vec<Value> = contents.iter().map(|c| text(c)).collect();
+        assert_eq!(column(&table, "content"), expected);
+        assert_eq!(column(&table, "timestamp")[0], Value::Real(1.0 / 3.0));
+        assert_eq!(
+            session_value(&*db, "s\0id", "started_at"),
+            Value::Real(0.1 + 0.2)
+        );
+        let found = db
+            .query(&sessions_query(Filter::eq("id", "s\0id")))
+            .unwrap();
+        assert_eq!(ids(&found), [text("s\0id")]);
+    }
 }
 
 fn sqlite(dir: &tempfile::TempDir) -> Option<Opener> {
@@ -260,7 +387,7 @@ fn updates_set_add_and_require_and_check_their_columns() {
             Filter::eq("id", "s"),
             vec![
                 ("title", Assign::Value(text("Plan"))),
-                ("rewind_count", Assign::Add(2)),
+                ("rewind_count", Assign::Add(Value::Integer(2))),
             ],
         );
         assert_eq!(db.write(title).unwrap(), WriteOut::Rows(1));
@@ -291,6 +418,100 @@ fn updates_set_add_and_require_and_check_their_columns() {
             vec![("title", Assign::Value(text("x")))],
         );
         assert!(matches!(db.write(bad_filter), Err(Error::Config(_))));
+    });
+}
+
+#[test]
+fn updates_add_reals_and_fill_only_null_columns() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "cli", 1.0);
+        for _ in 0..2 {
+            let usage = set(
+                Relation::Sessions,
+                Filter::eq("id", "s"),
+                vec![
+                    ("estimated_cost_usd", Assign::Add(Value::Real(0.25))),
+                    ("model", Assign::FillNull(text("first"))),
+                ],
+            );
+            db.write(usage).unwrap();
+        }
+        assert_eq!(
+            session_value(&*db, "s", "estimated_cost_usd"),
+            Value::Real(0.5)
+        );
+        let second = set(
+            Relation::Sessions,
+            Filter::eq("id", "s"),
+            vec![("model", Assign::FillNull(text("second")))],
+        );
+        db.write(second).unwrap();
+        assert_eq!(session_value(&*db, "s", "model"), text("first"));
+    });
+}
+
+#[test]
+fn compression_locks_and_model_usage_rows_are_keyed_by_their_tables_keys() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "cli", 1.0);
+        let lock = |holder: &str| {
+            WriteOp::Insert(Insert {
+                relation: Relation::CompressionLocks,
+                values: vec![
+                    ("session_id".into(), text("s")),
+                    ("holder".into(), text(holder)),
+                    ("acquired_at".into(), Value::Real(1.0)),
+                    ("expires_at".into(), Value::Real(2.0)),
+                ],
+                on_conflict: OnConflict::Ignore,
+            })
+        };
+        assert_eq!(db.write(lock("a")).unwrap(), WriteOut::Rows(1));
+        assert_eq!(db.write(lock("b")).unwrap(), WriteOut::Rows(0));
+        let usage = |model: &str| {
+            WriteOp::Transaction(vec![
+                WriteOp::Insert(Insert {
+                    relation: Relation::SessionModelUsage,
+                    values: vec![
+                        ("session_id".into(), text("s")),
+                        ("model".into(), text(model)),
+                    ],
+                    on_conflict: OnConflict::Ignore,
+                }),
+                set(
+                    Relation::SessionModelUsage,
+                    Filter::And(vec![
+                        Filter::eq("session_id", "s"),
+                        Filter::eq("model", model),
+                    ]),
+                    vec![("input_tokens", Assign::Add(Value::Integer(10)))],
+                ),
+            ])
+        };
+        for model in ["m1", "m1", "m2"] {
+            db.write(usage(model)).unwrap();
+        }
+        let query = Query {
+            select: vec![Term::Column("input_tokens".into())],
+            filter: Filter::eq("session_id", "s"),
+            order: vec![Order {
+                term: Term::Column("model".into()),
+                descending: false,
+            }],
+            ..Query::all(Relation::SessionModelUsage)
+        };
+        let table = db.query(&query).unwrap();
+        assert_eq!(
+            column(&table, "input_tokens"),
+            [Value::Integer(20), Value::Integer(10)]
+        );
+        let holders = Query {
+            select: vec![Term::Column("holder".into())],
+            ..Query::all(Relation::CompressionLocks)
+        };
+        assert_eq!(column(&db.query(&holders).unwrap(), "holder"), [text("a")]);
     });
 }
 

@@ -220,9 +220,18 @@ def test_recover_imports_spooled_messages_once(db_path: Path, hermes_home: Path,
 
 def test_without_a_database_the_commands_say_so(capsys: pytest.CaptureFixture[str],
                                                 hermes_home: Path) -> None:
-    code, _, err = run(capsys, "sessions", "list")
+    code, _, err = run(capsys, "sessions", "show", "s1")
     assert code == 1
     assert f"no session database at {hermes_home / 'state.db'}" in err
+    assert not (hermes_home / "state.db").exists()
+
+
+def test_a_new_home_lists_no_sessions_and_creates_no_file(capsys: pytest.CaptureFixture[str],
+                                                         hermes_home: Path) -> None:
+    code, out, err = run(capsys, "sessions", "list", "--json")
+    assert (code, out.strip(), err) == (0, "[]", "")
+    code, out, err = run(capsys, "sessions", "list")
+    assert (code, err) == (0, "")
     assert not (hermes_home / "state.db").exists()
 
 

@@ -19,7 +19,10 @@ pytestmark = pytest.mark.skipif(PEER_PYTHON is None, reason=SKIP_REASON)
 
 
 def their(path: Path, home: Path, method: str, *args: Any, **kwargs: Any) -> Any:
-    return peer("call", path, "", home, method=method, args=list(args), kwargs=kwargs)["result"]
+    """What hermes-agent's ``SessionDB.method(*args, **kwargs)`` returns on the file."""
+    [answer] = peer("calls", path, "", home, calls=[[method, list(args), kwargs]])["results"]
+    assert "ok" in answer, f"hermes-agent's {method} raised {answer.get('error')}"
+    return answer["ok"]
 
 
 def listed(rows: list[dict[str, Any]]) -> list[tuple[str, str, int]]:

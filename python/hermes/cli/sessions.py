@@ -11,13 +11,13 @@ import argparse
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from rich.text import Text
 
 from hermes.cli import transcripts
 from hermes.cli.arguments import Commands, add_db_flag, add_json_flag, count
-from hermes.cli.configuration import open_db
+from hermes.cli.configuration import db_path, open_db
 from hermes.cli.output import (
     Column,
     console,
@@ -83,8 +83,12 @@ def add_commands(commands: Commands) -> None:
 
 
 def list_sessions(args: argparse.Namespace) -> int:
-    with open_db(args) as db:
-        rows = db.list_sessions(source=args.source, limit=args.limit)
+    rows: list[dict[str, Any]] = []
+    # No database yet (a new $HERMES_HOME): nothing is stored, and a reading command creates
+    # no file.
+    if db_path(args).exists():
+        with open_db(args) as db:
+            rows = db.list_sessions(source=args.source, limit=args.limit)
     if args.json:
         print_json(rows)
         return 0

@@ -47,6 +47,9 @@ use indexer::Indexer;
 use open::FileId;
 
 pub use schema::{ensure as ensure_schema, schema_sql};
+/// The v22 tables and indexes in SQLite's dialect, which the PostgreSQL backend translates.
+#[cfg(feature = "postgres")]
+pub(crate) use schema::{INDEXES as SCHEMA_INDEXES, TABLES as SCHEMA_TABLES};
 
 /// The SQLite library's version (bundled with the core).
 pub fn version() -> &'static str {

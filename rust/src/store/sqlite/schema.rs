@@ -15,7 +15,7 @@ use rusqlite::Connection;
 
 use crate::model::SCHEMA_VERSION;
 
-const TABLES: &str = r#"
+pub(crate) const TABLES: &str = r#"
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
 
 CREATE TABLE IF NOT EXISTS sessions (
@@ -166,7 +166,7 @@ CREATE TABLE IF NOT EXISTS async_delegations (
 );
 "#;
 
-const INDEXES: &str = r#"
+pub(crate) const INDEXES: &str = r#"
 CREATE INDEX IF NOT EXISTS idx_sessions_source ON sessions(source);
 CREATE INDEX IF NOT EXISTS idx_sessions_source_id ON sessions(source, id);
 CREATE INDEX IF NOT EXISTS idx_sessions_parent ON sessions(parent_session_id);

@@ -1,0 +1,203 @@
+//! Reads, on a pool of reader connections (one borrowed per read; a lost
+//! one is replaced), and the SQL of each.
+
+use std::sync::atomic::Ordering;
+
+use tokio_postgres::types::{ToSql, Type};
+
+use super::connection::{Link, Server};
+use super::error::classify;
+use super::sql::Sql;
+use super::value::{escape_text, names, table};
+use super::PgBackend;
+use crate::error::{Error, Result};
+use crate::model::{Table, CONVERSATION_COLUMNS, MESSAGE_COLUMNS};
+use crate::store::{lock, Filter, Page, Query, Relation, Term};
+
+use std::sync::Arc;
+
+const SEARCH_COLUMNS: &str =
+    "id, session_id, role, content, tool_name, timestamp, source, title, snippet";
+
+fn messages_sql(columns: &str, include_inactive: bool) -> String {
+    let active = if include_inactive {
+        ""
+    } else {
+        " AND active = 1"
+    };
+    format!("SELECT {columns} FROM messages WHERE session_id = $1{active} ORDER BY id")
+}
+
+impl PgBackend {
+    /// Borrows a reader connection for `f`, connecting when none is idle.
+    pub(super) fn read<T>(&self, f: impl FnOnce(&Server, &mut Link) -> Result<T>) -> Result<T> {
+        self.ensure_open()?;
+        let idle = lock(&self.readers).pop();
+        let mut link = match idle {
+            Some(link) if !link.client.is_closed() => link,
+            _ => self.server.connect()?,
+        };
+        let out = f(&self.server, &mut link);
+        if !self.closed.load(Ordering::Acquire) && !link.client.is_closed() {
+            lock(&self.readers).push(link);
+        }
+        out
+    }
+
+    /// The rows of one statement as a table.
+    fn rows(
+        &self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+        columns: Arc<[String]>,
+    ) -> Result<Table> {
+        self.read(|server, link| {
+            server
+                .block_on(link.client.query_typed(sql, params))
+                .and_then(|rows| table(&rows, columns))
+                .map_err(|e| classify(&self.at, e))
+        })
+    }
+
+    pub(super) fn select(&self, query: &Query) -> Result<Table> {
+        query.check(&self.columns)?;
+        let sql = Sql::select(&self.types, query);
+        sql.check(&self.at)?;
+        let columns: Arc<[String]> = if query.select.is_empty() {
+            self.columns.of(query.relation).into()
+        } else {
+            query.select.iter().map(Term::to_string).collect()
+        };
+        self.rows(&sql.text, &sql.params(), columns)
+    }
+
+    pub(super) fn count_rows(&self, relation: Relation, filter: &Filter) -> Result<i64> {
+        filter.check(relation, &self.columns)?;
+        let sql = Sql::count(&self.types, relation, filter);
+        sql.check(&self.at)?;
+        self.read(|server, link| {
+            server
+                .block_on(link.client.query_typed(&sql.text, &sql.params()))
+                .map(|rows| rows[0].get(0))
+                .map_err(|e| classify(&self.at, e))
+        })
+    }
+
+    pub(super) fn session_row(&self, id: &str) -> Result<Table> {
+        let id = escape_text(id);
+        self.rows(
+            "SELECT * FROM sessions WHERE id = $1",
+            &[(&id, Type::TEXT)],
+            self.columns.of(Relation::Sessions).into(),
+        )
+    }
+
+    pub(super) fn live_message_count(&self, id: &str) -> Result<Option<i64>> {
+        let id = escape_text(id);
+        self.read(|server, link| {
+            server
+                .block_on(link.client.query_typed(
+                    "SELECT COALESCE(message_count, 0) FROM sessions WHERE id = $1",
+                    &[(&id, Type::TEXT)],
+                ))
+                .map(|rows| rows.first().map(|r| r.get(0)))
+                .map_err(|e| classify(&self.at, e))
+        })
+    }
+
+    pub(super) fn message_rows(&self, session_id: &str, include_inactive: bool) -> Result<Table> {
+        let id = escape_text(session_id);
+        let sql = messages_sql(MESSAGE_COLUMNS, include_inactive);
+        self.rows(&sql, &[(&id, Type::TEXT)], names(MESSAGE_COLUMNS))
+    }
+
+    /// The whole transcript in one table (no read-ahead yet).
+    pub(super) fn conversation_table(
+        &self,
+        session_id: &str,
+        include_inactive: bool,
+        sink: &mut dyn FnMut(Table) -> bool,
+    ) -> Result<()> {
+        let id = escape_text(session_id);
+        let sql = messages_sql(CONVERSATION_COLUMNS, include_inactive);
+        let table = self.rows(&sql, &[(&id, Type::TEXT)], names(CONVERSATION_COLUMNS))?;
+        if table.row_count() > 0 {
+            sink(table);
+        }
+        Ok(())
+    }
+
+    pub(super) fn newest_sessions(&self, page: &Page) -> Result<Table> {
+        let source = page.source.as_deref().map(escape_text);
+        self.rows(
+            "SELECT * FROM sessions WHERE ($1::text IS NULL OR source = $1)
+             ORDER BY started_at DESC, id DESC LIMIT $2 OFFSET $3",
+            &[
+                (&source, Type::TEXT),
+                (&page.limit, Type::INT8),
+                (&page.offset, Type::INT8),
+            ],
+            self.columns.of(Relation::Sessions).into(),
+        )
+    }
+
+    pub(super) fn has_platform_message(
+        &self,
+        session_id: &str,
+        platform_message_id: &str,
+    ) -> Result<bool> {
+        let (session, platform) = (escape_text(session_id), escape_text(platform_message_id));
+        self.read(|server, link| {
+            server
+                .block_on(link.client.query_typed(
+                    "SELECT 1 FROM messages WHERE session_id = $1 AND platform_message_id = $2 LIMIT 1",
+                    &[(&session, Type::TEXT), (&platform, Type::TEXT)],
+                ))
+                .map(|rows| !rows.is_empty())
+                .map_err(|e| classify(&self.at, e))
+        })
+    }
+
+    /// Word search over content, tool names and tool calls, as `websearch_to_tsquery`
+    /// reads the query (words, "phrases", OR, -word); scanned, not indexed yet.
+    pub(super) fn search_messages(&self, query: &str, page: &Page) -> Result<Table> {
+        let source = page.source.as_deref().map(escape_text);
+        let session = page.session_id.as_deref().map(escape_text);
+        if query.matches('"').count() % 2 == 1 {
+            return Err(Error::BadQuery {
+                query: query.to_owned(),
+                detail: "a phrase's quote is not closed".into(),
+            });
+        }
+        let words = escape_text(query);
+        self.rows(
+            "WITH q AS (SELECT websearch_to_tsquery('simple', $1) AS q)
+             SELECT m.id, m.session_id, m.role, m.content, m.tool_name, m.timestamp,
+                    s.source, s.title,
+                    ts_headline('simple', COALESCE(m.content, ''), q.q,
+                        'StartSel=>>>, StopSel=<<<, MaxWords=12, MinWords=3') AS snippet
+             FROM q, messages m JOIN sessions s ON s.id = m.session_id
+             WHERE to_tsvector('simple', COALESCE(m.content, '') || ' ' || COALESCE(m.tool_name, '')
+                   || ' ' || COALESCE(m.tool_calls, '')) @@ q.q
+               AND m.active = 1
+               AND ($2::text IS NULL OR s.source = $2)
+               AND ($3::text IS NULL OR m.session_id = $3)
+             ORDER BY m.id LIMIT $4 OFFSET $5",
+            &[
+                (&words, Type::TEXT),
+                (&source, Type::TEXT),
+                (&session, Type::TEXT),
+                (&page.limit, Type::INT8),
+                (&page.offset, Type::INT8),
+            ],
+            names(SEARCH_COLUMNS),
+        )
+        .map_err(|e| match e {
+            Error::Storage { detail, .. } if detail.contains("tsquery") => Error::BadQuery {
+                query: query.to_owned(),
+                detail,
+            },
+            e => e,
+        })
+    }
+}
