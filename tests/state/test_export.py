@@ -54,7 +54,7 @@ def test_parents_link_in_the_batch_or_to_existing_rows_and_cycles_detach(db: Ses
     ])
     assert result["ok"] and result["detached"] == 3
     parents = {s: db.get_session(s)["parent_session_id"] for s in ("child", "parent", "orphan", "a", "b", "self")}
-    assert parents == {"child": "parent", "parent": "existing", "orphan": None, "a": "b", "b": None, "self": None}
+    assert parents == {"child": "parent", "parent": "existing", "orphan": None, "a": None, "b": "a", "self": None}
     assert db.get_session("child")["source"] == "import"
 
 
@@ -96,3 +96,17 @@ def test_a_write_that_fails_half_way_leaves_nothing(db: SessionDB) -> None:
             {"id": "second", "title": "Same title"},
         ])
     assert db.get_session("first") is None and db.message_count() == 0
+
+
+def test_a_compression_lineage_exports_as_one_session(db: SessionDB) -> None:
+    db.create_session("root", "cli", started_at=1.0)
+    db.append_message("root", "user", "before compression")
+    db.end_session("root", "compression")
+    db.create_session("tip", "cli", started_at=2.0, parent_session_id="root")
+    db.append_message("tip", "user", "after")
+    db.append_message("tip", "assistant", "done")
+    whole = db.export_session_lineage("tip")
+    assert whole is not None and whole["id"] == "tip"
+    assert whole["lineage_session_ids"] == ["root", "tip"] and whole["message_count"] == 3
+    assert [m["content"] for m in whole["messages"]] == ["before compression", "after", "done"]
+    assert db.export_session_lineage("missing") is None
