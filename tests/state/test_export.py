@@ -4,12 +4,13 @@ and cycles, limits, and an import that fails writing nothing."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hermes.errors import InvalidImportError, StateDbError
+from hermes.errors import DiskFullError, InvalidImportError, StateDbError
 from hermes.state import SessionDB
 
 
@@ -110,3 +111,20 @@ def test_a_compression_lineage_exports_as_one_session(db: SessionDB) -> None:
     assert whole["lineage_session_ids"] == ["root", "tip"] and whole["message_count"] == 3
     assert [m["content"] for m in whole["messages"]] == ["before compression", "after", "done"]
     assert db.export_session_lineage("missing") is None
+
+
+def test_an_import_that_fills_the_disk_raises_and_writes_nothing(
+    mount_tmpfs: Callable[..., Path],
+) -> None:
+    mnt = mount_tmpfs("full", "2m")
+    with SessionDB(mnt / "state.db") as db:
+        db.create_session("before", "cli")
+        db.append_message("before", "user", "kept")
+        text = "words " * 100_000  # 600 kB a message: the batch cannot fit in 2 MB
+        batch = [{"id": f"big{i}", "messages": [{"role": "user", "content": text}]} for i in range(4)]
+        with pytest.raises(DiskFullError) as info:
+            db.import_sessions(batch)
+        assert str(mnt / "state.db") in str(info.value)
+        assert db.session_count() == 1 and db.message_count() == 1
+    with SessionDB(mnt / "state.db") as again:
+        assert again.get_session("big0") is None and again.search_messages("kept")
