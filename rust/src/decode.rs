@@ -129,7 +129,7 @@ pub fn message_row<'py>(
     let dict = PyDict::new(py);
     for (index, (name, key)) in r.columns().iter().zip(keys).enumerate() {
         let decoded = match (name.as_str(), r.text(index)) {
-            ("content", _) => content(py, r, index)?,
+            ("content" | "before_content" | "after_content", _) => content(py, r, index)?,
             (
                 "tool_calls"
                 | "reasoning_details"

@@ -124,8 +124,9 @@ def show_session(args: argparse.Namespace) -> int:
 
 def search_messages(args: argparse.Namespace) -> int:
     with open_db(args) as db:
-        hits = db.search_messages(args.query, source=args.source, session_id=args.session,
-                                  limit=args.limit)
+        sources = [args.source] if args.source else None
+        hits = db.search_messages(args.query, source_filter=sources, limit=args.limit,
+                                  session_id=args.session)
     if args.json:
         print_json(hits)
         return 0

@@ -17,6 +17,7 @@ mod own_appends;
 pub mod postgres;
 pub mod query;
 mod relation;
+pub mod search;
 pub mod sqlite;
 #[cfg(test)]
 mod test_support;
@@ -27,7 +28,10 @@ pub use location::{Location, Target};
 pub use own_appends::OwnAppends;
 pub use query::{Cmp, Derived, Filter, Order, Query, Term};
 pub use relation::Relation;
-pub use write::{Assign, Delete, Insert, NoMatch, OnConflict, Update, WriteOp, WriteOut};
+pub use search::{Search, SearchOrder};
+pub use write::{
+    Assign, Delete, IndexUpkeep, Insert, NoMatch, OnConflict, Update, WriteOp, WriteOut,
+};
 
 use std::ffi::OsStr;
 use std::sync::{LockResult, Mutex, MutexGuard, PoisonError};
@@ -158,8 +162,9 @@ pub trait Backend: Send + Sync {
     /// statistics, SQLite would search a source's sessions by its index and
     /// sort them all; this walks the start-time index and stops at the page.
     fn list_sessions(&self, page: &Page) -> Result<Table>;
-    /// Full-text search, with the query syntax of SQLite's FTS5.
-    fn search(&self, query: &str, page: &Page) -> Result<Table>;
+    /// Messages matching a search as a person types it (`store::search`),
+    /// best match first unless ordered by time.
+    fn search(&self, search: &Search) -> Result<Table>;
     fn has_platform_message_id(&self, session_id: &str, platform_message_id: &str) -> Result<bool>;
     /// Gives the space of deleted rows back to the file system (SQLite: a
     /// truncating WAL checkpoint, `VACUUM`, another checkpoint), between writes.

@@ -155,6 +155,6 @@ fn appended_sessions<'a>(op: &'a WriteOp, out: &mut Vec<&'a str>) {
     match op {
         WriteOp::Append { session_id, .. } => out.push(session_id),
         WriteOp::Transaction(ops) => ops.iter().for_each(|op| appended_sessions(op, out)),
-        WriteOp::Insert(_) | WriteOp::Update(_) | WriteOp::Delete(_) => {}
+        WriteOp::Insert(_) | WriteOp::Update(_) | WriteOp::Delete(_) | WriteOp::SearchIndex(_) => {}
     }
 }

@@ -28,8 +28,8 @@ use self::error::classify;
 use super::batch::Patience;
 use super::columns::Columns;
 use super::{
-    lock, Backend, Filter, GroupCommit, Location, OwnAppends, Page, Query, Relation, WriteOp,
-    WriteOut,
+    lock, Backend, Filter, GroupCommit, Location, OwnAppends, Page, Query, Relation, Search,
+    WriteOp, WriteOut,
 };
 use crate::error::{Error, Result};
 use crate::model::Table;
@@ -179,8 +179,9 @@ impl Backend for PgBackend {
         self.newest_sessions(page)
     }
 
-    fn search(&self, query: &str, page: &Page) -> Result<Table> {
-        self.search_messages(query, page)
+    fn search(&self, search: &Search) -> Result<Table> {
+        self.ensure_open()?;
+        self.search_messages(search)
     }
 
     fn has_platform_message_id(&self, session_id: &str, platform_message_id: &str) -> Result<bool> {

@@ -76,6 +76,8 @@ impl PgBackend {
             WriteOp::Insert(insert) => self.insert(client, insert).await,
             WriteOp::Update(update) => self.update(client, update).await,
             WriteOp::Delete(delete) => self.delete(client, delete).await,
+            // Searches read the messages themselves: no index to keep.
+            WriteOp::SearchIndex(_) => Ok(WriteOut::Rows(0)),
             WriteOp::Transaction(ops) => {
                 let mut outs = Vec::with_capacity(ops.len());
                 for op in ops {

@@ -36,8 +36,8 @@ use rusqlite::Connection;
 use super::batch::Patience;
 use super::columns::Columns;
 use super::{
-    lock, Backend, Filter, GroupCommit, Location, OwnAppends, Page, Query, Relation, WriteOp,
-    WriteOut,
+    lock, Backend, Filter, GroupCommit, Location, OwnAppends, Page, Query, Relation, Search,
+    WriteOp, WriteOut,
 };
 use crate::error::{Error, Result};
 use crate::model::Table;
@@ -183,8 +183,8 @@ impl Backend for SqliteBackend {
         self.newest_sessions(page)
     }
 
-    fn search(&self, query: &str, page: &Page) -> Result<Table> {
-        self.search_messages(query, page)
+    fn search(&self, search: &Search) -> Result<Table> {
+        self.search_messages(search)
     }
 
     fn has_platform_message_id(&self, session_id: &str, platform_message_id: &str) -> Result<bool> {
