@@ -277,7 +277,7 @@ impl<'v> Sql<'v> {
                 );
                 self.column(alias, "id");
                 self.push(
-                    " AND m.role = 'user' AND m.content IS NOT NULL ORDER BY m.id LIMIT 1), '')",
+                    " AND m.role = 'user' AND m.content IS NOT NULL ORDER BY m.timestamp, m.id LIMIT 1), '')",
                 );
             }
             Term::Derived(Derived::LastActive) => {
@@ -305,23 +305,40 @@ impl<'v> Sql<'v> {
             Term::Derived(Derived::DelegateFrom) => {
                 self.marker(Some(alias), "_delegate_from");
             }
-            Term::Derived(Derived::ChainLastActive) => self.chain(
-                alias,
-                "MAX(COALESCE((SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = c.id), \
-                 c.started_at))",
-            ),
-            Term::Derived(Derived::ChainIds) => {
-                self.chain(alias, "LOWER(group_concat(c.id, char(31)))")
+            Term::Derived(Derived::ChainLastActive) => {
+                self.chain_or(
+                    alias,
+                    "MAX(COALESCE((SELECT MAX(m.timestamp) FROM messages m \
+                     WHERE m.session_id = c.id), c.started_at))",
+                );
+                self.term(alias, &Term::Derived(Derived::LastActive));
+                self.push(" END");
             }
-            Term::Derived(Derived::ChainTitles) => self.chain(
-                alias,
-                "LOWER(group_concat(COALESCE(c.title, ''), char(31)))",
-            ),
-            Term::Derived(Derived::ChainTitlesCompact) => self.chain(
-                alias,
-                "REPLACE(REPLACE(REPLACE(REPLACE(LOWER(group_concat(COALESCE(c.title, ''), \
-                 char(31))), '-', ''), '_', ''), '.', ''), ' ', '')",
-            ),
+            Term::Derived(Derived::ChainIds) => {
+                self.chain_or(alias, "LOWER(group_concat(c.id, char(31)))");
+                self.push("LOWER(");
+                self.column(alias, "id");
+                self.push(") END");
+            }
+            Term::Derived(Derived::ChainTitles) => {
+                self.chain_or(
+                    alias,
+                    "LOWER(group_concat(COALESCE(c.title, ''), char(31)))",
+                );
+                self.push("LOWER(COALESCE(");
+                self.column(alias, "title");
+                self.push(", '')) END");
+            }
+            Term::Derived(Derived::ChainTitlesCompact) => {
+                self.chain_or(
+                    alias,
+                    "REPLACE(REPLACE(REPLACE(REPLACE(LOWER(group_concat(COALESCE(c.title, ''), \
+                     char(31))), '-', ''), '_', ''), '.', ''), ' ', '')",
+                );
+                self.push("REPLACE(REPLACE(REPLACE(REPLACE(LOWER(COALESCE(");
+                self.column(alias, "title");
+                self.push(", '')), '-', ''), '_', ''), '.', ''), ' ', '') END");
+            }
             Term::Derived(Derived::TotalTokens) => {
                 self.push("(COALESCE(");
                 self.column(alias, "input_tokens");
@@ -356,6 +373,17 @@ impl<'v> Sql<'v> {
             Some(alias) => self.column(alias, "model_config"),
             None => self.push("k.\"model_config\""),
         }
+    }
+
+    /// `CASE WHEN` the row ended `compression` `THEN` `aggregate` over its
+    /// chain `ELSE` (the caller writes the value for a chain of the row alone,
+    /// then `END`): most rows start no chain, and skip the recursive query.
+    fn chain_or(&mut self, alias: usize, aggregate: &'static str) {
+        self.push("CASE WHEN ");
+        self.column(alias, "end_reason");
+        self.push(" = 'compression' THEN ");
+        self.chain(alias, aggregate);
+        self.push(" ELSE ");
     }
 
     /// `aggregate` over the sessions (as `c`) of the compression chain that
