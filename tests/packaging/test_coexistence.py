@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-WHEELS = sorted((ROOT / "dist").glob("hermes_gateway-*.whl"))
+# This interpreter's wheel: dist/ may hold one per CPython version (the release workflow's).
+WHEELS = sorted((ROOT / "dist").glob(
+    f"hermes_gateway-*-cp{sys.version_info.major}{sys.version_info.minor}-*.whl"))
 
 pytestmark = pytest.mark.skipif(not WHEELS, reason="no wheel in dist/: run scripts/setup")
 
@@ -53,7 +55,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_each_package_installed_last_is_named_by_ours(venv: Path, tmp_path: Path) -> None:
     home = tmp_path / "home"
-    wheel = str(WHEELS[-1])
+    wheel = str(WHEELS[-1])  # the newest build, if several
 
     # Ours alone: no note.
     pip(venv, "install", "--no-deps", "--force-reinstall", wheel)

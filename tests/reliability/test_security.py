@@ -310,6 +310,28 @@ REVIEWED_SQL_FORMATS = {
     ("search.rs", "COALESCE(m.content LIKE ?{n} ESCAPE '\\\\' OR m.tool_name LIKE ?{n} ESCAPE "
                   "'\\\\' OR m.tool_calls LIKE ?{n} ESCAPE '\\\\', 0)"):
         "a parameter number (each term's pattern is bound)",
+    ('read.rs',
+                '(SELECT n.id FROM messages n WHERE n.session_id = h.session_id AND (n.timestamp '
+                '{cmp} h.timestamp OR (n.timestamp = h.timestamp AND n.id {cmp} h.id)) ORDER BY '
+                'n.timestamp {dir}, n.id {dir} LIMIT 1)'):
+        "string literals: '<' or '>', 'ASC' or 'DESC'",
+    ('read.rs',
+                "WITH q AS (SELECT websearch_to_tsquery('simple', $1) AS q), hits AS ( SELECT m.id, "
+                'm.session_id, m.role, m.content, m.tool_name, m.timestamp, s.source, s.model, '
+                "s.started_at AS session_started, s.title, ts_headline('simple', COALESCE(m.content, "
+                "''), q.q, 'StartSel=>>>, StopSel=<<<, MaxWords=40, MinWords=3') AS snippet, "
+                "ts_rank(to_tsvector('simple', {text}), q.q) AS rank FROM q, messages m JOIN sessions"
+                " s ON s.id = m.session_id WHERE to_tsvector('simple', {text}) @@ q.q AND ($2 OR "
+                'm.active = 1 OR m.compacted = 1) AND ($3::text[] IS NULL OR s.source = ANY($3)) AND '
+                '($4::text[] IS NULL OR NOT (s.source = ANY($4))) AND ($5::text[] IS NULL OR m.role ='
+                ' ANY($5)) AND ($6::text IS NULL OR m.session_id = $6) ORDER BY {order} LIMIT $7 '
+                'OFFSET $8), near AS (SELECT h.*, {before} AS before_id, {after} AS after_id FROM '
+                'hits h) SELECT h.id, h.session_id, h.role, h.content, h.tool_name, h.timestamp, '
+                'h.source, h.model, h.session_started, h.title, h.snippet, h.before_id, h.after_id, '
+                'b.role AS before_role, b.content AS before_content, a.role AS after_role, a.content '
+                'AS after_content, h.rank AS hit_rank FROM near h LEFT JOIN messages b ON b.id = '
+                'h.before_id LEFT JOIN messages a ON a.id = h.after_id ORDER BY {outer}'):
+        "the neighbour subqueries (literals '<'/'>', 'ASC'/'DESC'); the constant text expression; an order of string literals",
 }
 #: The typed operations' SQL (store/sqlite/sql.rs) is written piece by piece, not with
 #: format!: every name goes through Sql::ident (quoted, after the column check), every value

@@ -8,6 +8,7 @@ on stderr when the ``hermes`` on PATH, or a package in this environment, is anot
 
 from __future__ import annotations
 
+import functools
 import shutil
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
@@ -74,8 +75,9 @@ def shadow_note() -> str | None:
     return None
 
 
-def _hermes_scripts() -> list[EntryPoint]:
-    return list(entry_points(group="console_scripts", name=COMMAND))
+@functools.cache  # a scan of every installed distribution's metadata (~3 ms): once a process
+def _hermes_scripts() -> tuple[EntryPoint, ...]:
+    return tuple(entry_points(group="console_scripts", name=COMMAND))
 
 
 def _is_ours(description: str) -> bool:

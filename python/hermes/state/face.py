@@ -14,7 +14,18 @@ import functools
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    ParamSpec,
+    TypeVar,
+    overload,
+)
+
+from typing_extensions import Self
 
 from hermes._core import Append, Delete, Insert, SessionNotFoundError, Store, Update
 from hermes.paths import state_db_path
@@ -46,7 +57,7 @@ class StoreFace:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.db_path)!r}, synchronous={self.synchronous!r})"
 
-    def __enter__(self: _Face) -> _Face:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from hermes._core import Append, Delete, FlushTracker, SessionNotFoundError, Update
 from hermes.errors import MessageNotFoundError
+from hermes.state.alternation import repaired_alternation
 from hermes.state.face import AsyncFace, StoreFace, all_of, check_page, offloaded
 from hermes.text import valid_text
 
@@ -167,7 +168,11 @@ class Messages(StoreFace):
                                  offset=offset)
 
     def get_messages_as_conversation(
-        self, session_id: str, include_ancestors: bool = False, include_inactive: bool = False
+        self,
+        session_id: str,
+        include_ancestors: bool = False,
+        include_inactive: bool = False,
+        repair_alternation: bool = False,
     ) -> list[dict[str, Any]]:
         """The transcript as OpenAI-style dicts, in insertion order.
 
@@ -177,10 +182,25 @@ class Messages(StoreFace):
         into a user or assistant message is left out of its content. With
         ``include_ancestors``, the sessions it continues (its ``parent_session_id`` chain)
         come first, root first, without a user prompt replayed since the last answer.
+        ``repair_alternation`` makes the list fit to replay to a model
+        (:mod:`hermes.state.alternation`); the stored rows stay as they are.
         """
-        if not include_ancestors:
-            return _without_memory_context(self._store.get_conversation(session_id, include_inactive))
-        return self._lineage_conversation(self._lineage_root_to_tip(session_id), include_inactive)
+        if include_ancestors:
+            messages = self._lineage_conversation(self._lineage_root_to_tip(session_id),
+                                                  include_inactive)
+        else:
+            messages = _without_memory_context(
+                self._store.get_conversation(session_id, include_inactive))
+        return repaired_alternation(messages) if repair_alternation else messages
+
+    def get_resume_conversations(
+        self, session_id: str
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """What resuming a session needs: the history to replay to the model (its own live
+        messages, alternation repaired) and the history to show (its lineage's, root first,
+        as stored)."""
+        return (self.get_messages_as_conversation(session_id, repair_alternation=True),
+                self.get_messages_as_conversation(session_id, include_ancestors=True))
 
     def get_ancestor_display_prefix(self, session_id: str) -> list[dict[str, Any]]:
         """The live messages of the sessions ``session_id`` continues (not its own), as
@@ -351,3 +371,4 @@ class AsyncMessages(AsyncFace):
     restore_rewound = offloaded(Messages.restore_rewound)
     list_recent_user_messages = offloaded(Messages.list_recent_user_messages)
     get_ancestor_display_prefix = offloaded(Messages.get_ancestor_display_prefix)
+    get_resume_conversations = offloaded(Messages.get_resume_conversations)

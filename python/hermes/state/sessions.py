@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from hermes._core import Delete, Insert, Select, Update
 from hermes.state.face import AsyncFace, StoreFace, all_of, any_of, check_page, epoch, offloaded
+from hermes.state.upkeep import remove_session_files
 
 if TYPE_CHECKING:
     from hermes._core import _Filter as Filter
@@ -233,7 +234,6 @@ class Sessions(StoreFace):
         accounted = bool(
             any(tokens.values()) or api_call_count or estimated_cost_usd or actual_cost_usd
         )
-        session = self.get_session(session_id)
         this: Filter = ("=", "id", session_id)
         ops: list[Insert | Update] = [
             Insert(
@@ -298,7 +298,8 @@ class Sessions(StoreFace):
                 added["actual_cost_usd"] = float(actual_cost_usd)
             ops.append(Update("sessions", this, latest or None, add=added, fill_nulls=fill or None))
             if any(tokens.values()) or api_call_count or estimated_cost_usd:
-                known = session or {}
+                given = (model, billing_provider, billing_base_url, billing_mode)
+                known = {} if all(given) else self._session_route(session_id)
                 ops += _model_usage(
                     session_id,
                     now,
@@ -314,6 +315,15 @@ class Sessions(StoreFace):
                     latest={k: v for k, v in latest.items() if k != "pricing_version"},
                 )
         self._store.write(ops)
+
+    def _session_route(self, session_id: str) -> dict[str, Any]:
+        """The session's model and billing route (empty without the session)."""
+        rows = self._store.query(
+            "sessions",
+            columns=["model", "billing_provider", "billing_base_url", "billing_mode"],
+            where=("=", "id", session_id),
+        )
+        return rows[0] if rows else {}
 
     def record_auxiliary_usage(
         self,
@@ -376,9 +386,8 @@ class Sessions(StoreFace):
         if not ids:
             return 0
         [deleted] = self._store.write([Delete("sessions", all_of(ghost, ("in", "id", ids)))])
-        if sessions_dir is not None:
-            for session_id in ids:
-                remove_session_files(Path(sessions_dir), session_id)
+        for session_id in ids:
+            remove_session_files(sessions_dir, session_id)
         return deleted
 
     def finalize_orphaned_compression_sessions(self) -> int:
@@ -500,19 +509,3 @@ def _model_usage(
         ),
         Update("session_model_usage", this_row, {"last_seen": now, **latest}, add=added),
     ]
-
-
-def remove_session_files(sessions_dir: Path, session_id: str) -> None:
-    """Deletes a session's transcript files in ``sessions_dir`` (``<id>.json``, ``<id>.jsonl``,
-    the gateway's ``request_dump_<id>_*.json``) if there are any. A file that cannot be
-    deleted is left: the database, already changed, is what counts."""
-    candidates = [sessions_dir / f"{session_id}{suffix}" for suffix in (".json", ".jsonl")]
-    try:
-        candidates += sessions_dir.glob(f"request_dump_{session_id}_*.json")
-    except OSError:
-        pass
-    for path in candidates:
-        try:
-            path.unlink(missing_ok=True)
-        except OSError:
-            pass

@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from hermes._core import StateDbError, Update
 from hermes.errors import InvalidTitleError, TitleInUseError
 from hermes.state.face import AsyncFace, StoreFace, all_of, any_of, offloaded
+from hermes.state.listing import like_escape
+from hermes.text import valid_text
 
 if TYPE_CHECKING:
     from hermes._core import _Filter as Filter
-from hermes.text import valid_text
 
 # C0 controls but tab, newline and carriage return (whitespace, collapsed below), and DEL.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -36,11 +37,6 @@ _CHILD_COLUMNS = [
     "started_at",
     "last_active",
 ]
-
-
-def like_literal(text: str) -> str:
-    """``text`` as a LIKE pattern that matches only itself (``%``, ``_`` and ``\\`` escaped)."""
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 class Titles(StoreFace):
@@ -156,7 +152,7 @@ class Titles(StoreFace):
         numbered = self._store.query(
             "sessions",
             columns=["id"],
-            where=("like", "title", f"{like_literal(title)} #%"),
+            where=("like", "title", f"{like_escape(title)} #%"),
             order_by=["-started_at", "-id"],
             limit=1,
         )
@@ -171,7 +167,7 @@ class Titles(StoreFace):
         A numbered ``base_title`` counts from its base."""
         numbered = _NUMBERED.match(base_title)
         base = numbered.group(1) if numbered else base_title
-        lineage = any_of(("=", "title", base), ("like", "title", f"{like_literal(base)} #%"))
+        lineage = any_of(("=", "title", base), ("like", "title", f"{like_escape(base)} #%"))
         taken = self._store.query("sessions", columns=["title"], where=lineage)
         if not taken:
             return base
@@ -190,7 +186,7 @@ class Titles(StoreFace):
         rows = self._store.query(
             "sessions",
             columns=["id"],
-            where=("like", "id", f"{like_literal(session_id_or_prefix)}%"),
+            where=("like", "id", f"{like_escape(session_id_or_prefix)}%"),
             order_by=["-started_at"],
             limit=2,
         )

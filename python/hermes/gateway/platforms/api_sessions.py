@@ -181,7 +181,7 @@ class SessionsRoutes:
     async def _list(self, request: web.Request) -> web.Response:
         store, chat, _ = await self._caller(request)
         limit, offset = _page(request)
-        # TODO([H]): use SessionDB.list_sessions_rich (a chat_id filter, limit and offset)
+        # The store's listings have no filter on the caller's tag: walk and keep its own.
         rows = await store.call(lambda s: recent_sessions(
             s.state_db, lambda row: _visible(row, chat), source=Platform.API_SERVER.value,
             limit=offset + limit + 1))
@@ -241,7 +241,7 @@ class SessionsRoutes:
         store, _, _, session = await self._owned(request)
         limit, offset = _page(request)
         session_id = session["id"]
-        # TODO([H]): use SessionDB.get_messages with limit and offset
+        # session_meta rows are left out before paging, so the page is cut here.
         rows = [m for m in await store.call(lambda s: s.state_db.get_messages(session_id))
                 if m.get("role") != "session_meta"]
         page = rows[offset:offset + limit]

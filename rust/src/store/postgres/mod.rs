@@ -180,6 +180,7 @@ impl Backend for PgBackend {
     }
 
     fn search(&self, search: &Search) -> Result<Table> {
+        self.ensure_open()?;
         self.search_messages(search)
     }
 

@@ -152,7 +152,7 @@ impl<'v> Sql<'v> {
                     sql.push(" = COALESCE(");
                     sql.column(alias, column);
                     sql.push(", 0) + ");
-                    sql.bind(n.as_ref(), Type::INT8);
+                    sql.bind(n.as_ref(), types.of(relation, column));
                 }
                 Assign::FillNull(value) => {
                     sql.push(" = COALESCE(");
