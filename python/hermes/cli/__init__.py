@@ -9,6 +9,7 @@
     hermes sessions search QUERY [--source S] [--session ID] [--limit N] [--json]
     hermes sessions export ID --format jsonl|md [-o FILE]
     hermes sessions recover
+    hermes sessions browse [--source S] [--limit N]
 
 One module a command group (``gateway``, ``chat``, ``sessions``), each adding its parsers
 with ``add_commands``; ``output`` prints (tables, JSON, progress), ``failures`` turns every

@@ -15,7 +15,7 @@ from typing import IO
 
 from rich.text import Text
 
-from hermes.cli import transcripts
+from hermes.cli import browse, transcripts
 from hermes.cli.arguments import Commands, add_db_flag, add_json_flag, count
 from hermes.cli.configuration import open_db
 from hermes.cli.output import (
@@ -81,9 +81,11 @@ def add_commands(commands: Commands) -> None:
     add_db_flag(recover)
     recover.set_defaults(handler=recover_spools)
 
+    browse.add_commands(session_commands)
+
 
 def list_sessions(args: argparse.Namespace) -> int:
-    with open_db(args) as db:
+    with open_db(args) as db, progress("reading sessions"):
         rows = db.list_sessions(source=args.source, limit=args.limit)
     if args.json:
         print_json(rows)
@@ -119,7 +121,7 @@ def show_session(args: argparse.Namespace) -> int:
 
 
 def search_messages(args: argparse.Namespace) -> int:
-    with open_db(args) as db:
+    with open_db(args) as db, progress("searching"):
         hits = db.search_messages(args.query, source=args.source, session_id=args.session,
                                   limit=args.limit)
     if args.json:
