@@ -183,7 +183,9 @@ async def _open(runner: TurnHost, event: MessageEvent, source: SessionSource,
         return await _open_stateless(runner, source, session_key, client.history)
     store = runner.async_session_store
     create = client is None  # a client names a conversation to continue: it must exist
-    if not runner._has_cached_agent(session_key):
+    # An expired conversation is ended and a new one written: never on the loop.
+    if not runner._has_cached_agent(session_key) or store.call_here(
+            lambda s: s.has_expired(source)):
         opened = await store.call(_open_turn, source, create)
         if opened is None:
             return None

@@ -1,0 +1,72 @@
+"""The gateway keeps the books of its sessions in state.db: the reason a session ended (a
+reset, an expiry), on a started runner with a real database."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.events import RunnerFactory, current_session_id, event, runner_db
+
+from hermes.config import load_config
+from hermes.errors import InvalidSettingError
+from hermes.gateway.config import SessionResetPolicy
+
+
+@pytest.mark.asyncio
+async def test_reset_ends_the_old_session_with_its_reason(make_runner: RunnerFactory) -> None:
+    runner = await make_runner()
+    await runner._handle_message(event("one"))
+    old = current_session_id(runner)
+    await runner._handle_message(event("/reset"))
+    ended = runner_db(runner).get_session(old)
+    assert ended is not None and ended["end_reason"] == "session_reset"
+    assert ended["ended_at"] is not None
+
+
+@pytest.mark.asyncio
+async def test_an_idle_conversation_expires_into_a_new_session(
+        make_runner: RunnerFactory) -> None:
+    runner = await make_runner(session_reset=SessionResetPolicy(mode="idle",
+                                                                idle_minutes=0.5 / 60))
+    assert await runner._handle_message(event("one")) == "echo: one [history=0]"
+    first = current_session_id(runner)
+    assert await runner._handle_message(event("two")) == "echo: two [history=2]"  # not yet
+    await asyncio.sleep(0.7)
+    assert await runner._handle_message(event("three")) == "echo: three [history=0]"
+    second = current_session_id(runner)
+    assert second != first
+    ended = runner_db(runner).get_session(first)
+    assert ended is not None and ended["end_reason"] == "idle"
+    assert [m["content"] for m in runner_db(runner).get_messages(first)
+            if m["role"] == "user"] == ["one", "two"]
+
+
+def test_daily_expiry_is_the_first_message_after_the_hour() -> None:
+    daily = SessionResetPolicy(mode="daily", at_hour=4)
+    at = datetime(2026, 7, 5, 10, 0)
+    assert daily.expiry(datetime(2026, 7, 5, 4, 30), at) is None
+    assert daily.expiry(datetime(2026, 7, 5, 3, 59), at) == "daily"
+    before_four = datetime(2026, 7, 5, 2, 0)
+    assert daily.expiry(datetime(2026, 7, 4, 5, 0), before_four) is None
+    assert daily.expiry(datetime(2026, 7, 4, 3, 0), before_four) == "daily"
+    both = SessionResetPolicy(mode="both", idle_minutes=60, at_hour=4)
+    assert both.expiry(datetime(2026, 7, 5, 8, 0), at) == "idle"
+    assert SessionResetPolicy().expiry(datetime(2000, 1, 1), at) is None  # "none"
+
+
+@pytest.mark.parametrize("settings", [{"mode": "weekly"}, {"idle_minutes": 0},
+                                      {"at_hour": 24}])
+def test_a_bad_reset_policy_is_refused(settings: dict[str, Any]) -> None:
+    with pytest.raises(InvalidSettingError, match="session_reset"):
+        SessionResetPolicy(**settings)
+
+
+def test_the_reset_policy_is_read_from_config_yaml(home: Path) -> None:
+    (home / "config.yaml").write_text(
+        "gateway:\n  session_reset: {mode: both, idle_minutes: 30, at_hour: 6}\n")
+    assert load_config().gateway.session_reset == SessionResetPolicy(
+        mode="both", idle_minutes=30, at_hour=6)
