@@ -54,7 +54,9 @@ class SessionNotFoundError(HermesError): ...
 class ConfigError(HermesError): ...
 
 #: The relations the typed operations name.
-_Relation: TypeAlias = Literal["sessions", "messages", "gateway_routing", "state_meta"]
+_Relation: TypeAlias = Literal[
+    "sessions", "messages", "gateway_routing", "state_meta", "hermes_responses"
+]
 #: A value a filter compares with.
 _Scalar: TypeAlias = str | int | float | bytes | None
 #: A filter: a tree of tuples on column names (a name may also be a derived value of the

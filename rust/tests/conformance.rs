@@ -778,6 +778,45 @@ fn every_relation_names_its_columns_and_its_key_is_among_them() {
 }
 
 #[test]
+fn stored_responses_are_inserted_read_and_deleted_by_id() {
+    on_every_backend(|open| {
+        let db = open();
+        let insert = |id: &str, caller: &str| {
+            db.write(WriteOp::Insert(Insert {
+                relation: Relation::Responses,
+                values: vec![
+                    ("id".into(), text(id)),
+                    ("caller".into(), text(caller)),
+                    ("created_at".into(), Value::Real(1.0)),
+                    ("response_json".into(), text("{}")),
+                    ("conversation_json".into(), text("[]")),
+                ],
+                on_conflict: OnConflict::Fail,
+            }))
+        };
+        assert_eq!(insert("r1", "a").unwrap(), WriteOut::Rows(1));
+        assert_eq!(insert("r2", "b").unwrap(), WriteOut::Rows(1));
+        assert!(insert("r1", "b").is_err(), "the id is the key");
+        let callers = |id: &str| {
+            let query = Query {
+                select: vec![Term::Column("caller".into())],
+                filter: Filter::eq("id", id),
+                ..Query::all(Relation::Responses)
+            };
+            column(&db.query(&query).unwrap(), "caller")
+        };
+        assert_eq!(callers("r1"), [text("a")]);
+        let gone = WriteOp::Delete(Delete {
+            relation: Relation::Responses,
+            filter: Filter::And(vec![Filter::eq("id", "r1"), Filter::eq("caller", "a")]),
+        });
+        assert_eq!(db.write(gone).unwrap(), WriteOut::Rows(1));
+        assert!(callers("r1").is_empty());
+        assert_eq!(callers("r2"), [text("b")]);
+    });
+}
+
+#[test]
 fn a_closed_store_refuses_every_operation_and_keeps_its_data() {
     on_every_backend(|open| {
         let db = open();

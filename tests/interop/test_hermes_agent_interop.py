@@ -160,6 +160,8 @@ def test_file_we_write_reads_identically_in_hermes_agent_and_it_can_append(tmp_p
     with SessionDB(path) as db:
         agent = agent_shell(db, "ours-1")
         assert agent._flush_messages_to_session_db(first) is True
+        # A table of ours in the same file (the api_server's stored responses).
+        db.save_response("resp_1", "key:k", {"id": "resp_1"}, [{"role": "user", "content": "hi"}])
     assert timestamp_indexes(path) == set()
 
     theirs = peer("read", path, "ours-1", hermes_home)
@@ -194,6 +196,9 @@ def test_file_we_write_reads_identically_in_hermes_agent_and_it_can_append(tmp_p
     theirs = peer("read", path, "ours-1", hermes_home)
     assert shape(theirs["conversation"]) == shape(first + second + third)
     assert theirs["message_count"] == theirs["rows"] == len(first + second + third)
+    with SessionDB(path) as db:
+        kept = db.get_response("resp_1", "key:k")
+        assert kept is not None and kept.conversation == [{"role": "user", "content": "hi"}]
 
 
 def test_hermes_agent_finds_our_messages_by_full_text_search(tmp_path: Path, hermes_home: Path) -> None:

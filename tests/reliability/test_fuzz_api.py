@@ -5,12 +5,15 @@ model server on loopback (``support.fake_openai``: the ``openai`` client really 
 sends every request; an offline backend would not), which answers every request, now and
 then with a tool call first. Hypothesis sends it chat bodies with every field mistyped in
 turn, arbitrary JSON documents, raw bytes, odd headers (session ids, keys, content types),
-and other routes and methods. Held for every request:
+``/v1/responses`` bodies (mistyped, and valid ones chaining from stored responses), the
+sessions API's routes with odd ids, query strings and bodies, and other routes and methods.
+Held for every request:
 
 * never a 5xx;
 * every 4xx is OpenAI's error shape, ``{"error": {"message", "type", "param", "code"}}``;
-* a 200 is a chat completion with ``usage`` (or, streamed, chunks ending in ``[DONE]``)
-  carrying the model's answer, never a gateway notice or an error event;
+* a 200 is a chat completion or a response with ``usage``, or a session chat's answer (or,
+  streamed, chunks ending in ``[DONE]``, or named events without an ``error``) carrying the
+  model's answer, never a gateway notice or an error event;
 * the model never received a string that is not valid UTF-8, and the gateway logged no
   traceback.
 
@@ -21,6 +24,7 @@ and other routes and methods. Held for every request:
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -151,6 +155,9 @@ def check(status: int, response_headers: dict[str, str], body: bytes) -> None:
         assert error["code"] is None or isinstance(error["code"], str), document
         return
     if response_headers.get("Content-Type", "").startswith("text/event-stream"):
+        if body.startswith(b"event: "):
+            check_named_events(body)
+            return
         events = [line[len("data: "):] for line in body.decode().splitlines()
                   if line.startswith("data: ")]
         assert events and events[-1] == "[DONE]", body[-300:]
@@ -166,6 +173,36 @@ def check(status: int, response_headers: dict[str, str], body: bytes) -> None:
         assert isinstance(content, str) and content.startswith("answer"), content
         assert document["usage"]["total_tokens"] > 0, document
         assert response_headers.get(SESSION_HEADER, "").startswith("api-"), response_headers
+    elif document.get("object") == "response" and "deleted" not in document:
+        assert response_text(document).startswith("answer"), document
+        assert document["usage"]["total_tokens"] > 0, document
+    elif document.get("object") == "hermes.session.chat.completion":
+        assert document["message"]["content"].startswith("answer"), document
+        assert document["usage"]["total_tokens"] > 0, document
+
+
+def response_text(document: dict[str, Any]) -> str:
+    return "".join(part["text"] for item in document["output"] for part in item["content"])
+
+
+def check_named_events(body: bytes) -> None:
+    """A ``/v1/responses`` or session chat stream: events named by ``event:`` lines."""
+    events = []
+    for block in body.decode().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines()
+                      if line and not line.startswith(":"))
+        if fields:
+            events.append((fields["event"], json.loads(fields["data"])))
+    names = [name for name, _ in events]
+    assert "error" not in names, events
+    if "response.completed" in names:
+        document = dict(events)["response.completed"]["response"]
+        # Streamed, the text is all the model said, the words before a tool call included.
+        assert "answer" in response_text(document), document
+        assert document["usage"]["total_tokens"] > 0, document
+    else:
+        assert names[-1] == "done", names
+        assert "answer" in dict(events)["assistant.completed"]["content"], events
 
 
 def post(gateway: ApiGateway, body: bytes, extra: dict[str, str]) -> None:
@@ -203,13 +240,125 @@ def test_raw_bytes(gateway: ApiGateway, raw: bytes) -> None:
 @FUZZ
 @given(method=st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH"]),
        path=st.sampled_from(["/v1/chat/completions", "/v1/models", "/health", "/v1/", "/",
-                             "/v1/completions", "/v1/chat/completions/../models"])
+                             "/v1/completions", "/v1/chat/completions/../models",
+                             "/health/detailed", "/v1/responses", "/v1/responses/resp_x",
+                             "/api/sessions", "/api/sessions/x", "/api/sessions/x/messages",
+                             "/api/sessions/x/fork", "/api/sessions/x/chat",
+                             "/api/sessions/x/chat/stream"])
        | st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=30).map(
            lambda p: "/" + p),
        body=st.none() | st.binary(max_size=50))
 def test_other_routes_and_methods(gateway: ApiGateway, method: str, path: str,
                                   body: bytes | None) -> None:
     check(*gateway.request(method, path, body, AUTHORIZED))
+
+
+# -- /v1/responses ---------------------------------------------------------------------------
+
+items = st.fixed_dictionaries({}, optional={
+    "type": st.sampled_from(["message", "function_call_output"]) | json_values,
+    "role": roles, "content": contents | st.lists(st.fixed_dictionaries(
+        {"type": st.sampled_from(["input_text", "output_text", "input_image"]) | json_values},
+        optional={"text": texts(30) | json_values}), max_size=3)}) | json_values
+responses_bodies = st.fixed_dictionaries(
+    {"input": texts(60) | st.lists(items, max_size=4).map(list) | json_values},
+    optional={"model": st.sampled_from(["hermes-agent", "gpt-4o"]) | json_values,
+              "instructions": texts(40) | json_values, "stream": st.booleans() | json_values,
+              "store": st.booleans() | json_values, "user": user_field | non_strings,
+              "previous_response_id": texts(40) | json_values})
+good_responses = st.fixed_dictionaries(
+    {"input": user_text | st.lists(st.fixed_dictionaries(
+        {"role": st.sampled_from(["user", "assistant", "system"]), "content": user_text}),
+        max_size=3).map(lambda history: history + [{"role": "user", "content": "new input"}])},
+    optional={"instructions": texts(40) | st.none(), "stream": st.booleans() | st.none(),
+              "store": st.booleans(), "user": user_field, "chain": st.booleans()})
+
+
+@pytest.fixture(scope="module")
+def stored_response(gateway: ApiGateway) -> str:
+    status, _, body = gateway.request(
+        "POST", "/v1/responses", json.dumps({"input": "the first of a chain"}).encode(),
+        {"Content-Type": "application/json", **AUTHORIZED})
+    assert status == 200, body
+    response_id: str = json.loads(body)["id"]
+    return response_id
+
+
+@FUZZ
+@given(body=responses_bodies, extra=headers)
+def test_responses_bodies_with_mistyped_fields(gateway: ApiGateway, body: dict[str, Any],
+                                               extra: dict[str, str]) -> None:
+    check(*gateway.request("POST", "/v1/responses", json.dumps(body).encode(),
+                           {"Content-Type": "application/json", **AUTHORIZED, **extra}))
+
+
+@FUZZ
+@given(body=good_responses)
+def test_valid_responses_plain_streamed_and_chained(gateway: ApiGateway, stored_response: str,
+                                                    body: dict[str, Any]) -> None:
+    if body.pop("chain", False):
+        body["previous_response_id"] = stored_response
+    check(*gateway.request("POST", "/v1/responses", json.dumps(body).encode(),
+                           {"Content-Type": "application/json", **AUTHORIZED}))
+
+
+@FUZZ
+@given(response_id=session_ids, method=st.sampled_from(["GET", "DELETE"]))
+def test_retrieving_and_deleting_odd_response_ids(gateway: ApiGateway, response_id: str,
+                                                  method: str) -> None:
+    path = "/v1/responses/" + urllib.parse.quote(response_id, safe="")
+    check(*gateway.request(method, path, None, AUTHORIZED))
+
+
+# -- the sessions API --------------------------------------------------------------------------
+
+session_routes = st.sampled_from([
+    ("GET", ""), ("PATCH", ""), ("GET", "/messages"), ("POST", "/fork"), ("POST", "/chat"),
+    ("POST", "/chat/stream")])
+queries = st.fixed_dictionaries({}, optional={
+    "limit": st.integers(-3, 300).map(str) | latin1, "offset": st.integers(-3, 10).map(str)
+    | latin1, "user": latin1})
+session_bodies = st.fixed_dictionaries({}, optional={
+    "message": user_text | json_values, "input": texts(30) | json_values,
+    "system_message": texts(30) | json_values, "instructions": json_values,
+    "title": texts(40) | json_values, "end_reason": texts(20) | json_values,
+    "id": session_ids | json_values, "system_prompt": json_values, "model": json_values,
+}) | json_values
+
+
+@pytest.fixture(scope="module")
+def owned_session(gateway: ApiGateway) -> str:
+    status, _, body = gateway.request("POST", "/api/sessions", b"{}",
+                                      {"Content-Type": "application/json", **AUTHORIZED})
+    assert status == 201, body
+    session_id: str = json.loads(body)["session"]["id"]
+    return session_id
+
+
+@FUZZ
+@given(route=session_routes, own=st.booleans(), other_id=session_ids, query=queries,
+       body=session_bodies)
+def test_session_routes_with_odd_ids_queries_and_bodies(
+    gateway: ApiGateway, owned_session: str, route: tuple[str, str], own: bool, other_id: str,
+    query: dict[str, str], body: Any,
+) -> None:
+    method, tail = route
+    session_id = owned_session if own else urllib.parse.quote(other_id, safe="")
+    path = f"/api/sessions/{session_id}{tail}"
+    if query:
+        path += "?" + urllib.parse.urlencode(query)
+    check(*gateway.request(method, path, json.dumps(body).encode(),
+                           {"Content-Type": "application/json", **AUTHORIZED}))
+
+
+@FUZZ
+@given(body=session_bodies, query=queries)
+def test_creating_and_listing_sessions(gateway: ApiGateway, body: Any,
+                                       query: dict[str, str]) -> None:
+    sent = {"Content-Type": "application/json", **AUTHORIZED}
+    check(*gateway.request("POST", "/api/sessions", json.dumps(body).encode(), sent))
+    check(*gateway.request("GET", "/api/sessions?" + urllib.parse.urlencode(query), None,
+                           AUTHORIZED))
 
 
 def test_a_body_over_the_limit_is_413_in_openai_shape(gateway: ApiGateway) -> None:

@@ -140,3 +140,19 @@ async def _stream(request: web.Request, model: str, reply: Reply) -> web.StreamR
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
     return response
+
+
+class NumberedAnswers(FakeOpenAI):
+    """Answers every request with ``answer <n>`` (``n``: the requests so far), unless a test
+    queued replies in ``script`` first."""
+
+    def next_reply(self, body: dict[str, Any]) -> Reply:
+        if self.script:
+            return self.script.pop(0)
+        return Reply(content=f"answer {len(self.requests)}")
+
+    def received(self, text: str) -> list[dict[str, Any]]:
+        """The messages of the one request whose last message says ``text``."""
+        (seen,) = [r["messages"] for r in self.requests
+                   if r["messages"][-1].get("content") == text]
+        return list(seen)

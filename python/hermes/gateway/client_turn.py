@@ -24,7 +24,8 @@ becomes the conversation's chat, as an HMAC tag (``caller-`` and 24 hex digits),
 session id its thread, so the routing key is ``agent:main:api_server:dm:<tag>:<session id>``
 and the sessions row records the tag as ``chat_id``: a session belongs to the caller that
 started it. A caller naming another caller's session id looks up its own key, finds nothing,
-and gets the same answer as for an id that does not exist (``unknown_session``).
+and gets the same answer as for an id that does not exist (``unknown_session``). The sessions
+API finds a caller's sessions by that ``chat_id`` (``caller_chat``).
 """
 
 from __future__ import annotations
@@ -103,11 +104,9 @@ async def route(store: AsyncSessionStore, event: MessageEvent,
                 client: ClientTurn) -> MessageEvent:
     """``event`` with its source naming the client's conversation: the caller's tag as the
     chat, the session id (derived for a stateless turn) as the thread."""
-    secret = store.call_here(lambda s: s.loaded_client_secret)
-    if secret is None:  # the first client turn of this process: read (or make) it
-        secret = await store.call(lambda s: s.client_secret())
+    secret = await _secret(store)
     source = event.source
-    tag = _digest(secret, "caller", client.caller, source.user_id or "")[:24]
+    tag = _tag(secret, client.caller, source.user_id)
     session_id = client.session_id
     if session_id is None:
         first_user = next((m.get("content") for m in client.history or []
@@ -117,6 +116,23 @@ async def route(store: AsyncSessionStore, event: MessageEvent,
         client.session_id = session_id
     return dataclasses.replace(event, source=dataclasses.replace(
         source, chat_id=CALLER_TAG_PREFIX + tag, chat_type="dm", thread_id=session_id))
+
+
+async def caller_chat(store: AsyncSessionStore, caller: str, user: str | None) -> str:
+    """The chat id the sessions of ``caller`` with ``user`` are stored under (``caller-``
+    and the tag): what their ``sessions`` rows record as ``chat_id``."""
+    return CALLER_TAG_PREFIX + _tag(await _secret(store), caller, user)
+
+
+async def _secret(store: AsyncSessionStore) -> bytes:
+    secret = store.call_here(lambda s: s.loaded_client_secret)
+    if secret is None:  # the first client turn of this process: read (or make) it
+        secret = await store.call(lambda s: s.client_secret())
+    return secret
+
+
+def _tag(secret: bytes, caller: str, user: str | None) -> str:
+    return _digest(secret, "caller", caller, user or "")[:24]
 
 
 def _digest(secret: bytes, purpose: str, *parts: str) -> str:

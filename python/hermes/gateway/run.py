@@ -121,6 +121,7 @@ class GatewayRunner:
         for platform, platform_config in self.config.enabled_platforms().items():
             adapter = create_adapter(platform, platform_config)
             adapter.set_message_handler(self._handle_message)
+            adapter.set_session_store(self.async_session_store)
             if await adapter.connect():
                 self.adapters[platform] = adapter
             else:

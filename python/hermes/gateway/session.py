@@ -410,6 +410,16 @@ class SessionStore:
             source = old.origin or SessionSource(old.platform or Platform.LOCAL, "")
             return self._create(session_key, source)
 
+    def forget_session(self, session_key: str) -> None:
+        """Drop the key's routing entry, in memory and in the database: its next message
+        starts a new conversation (a continued client conversation finds none)."""
+        with self._write_lock:
+            entries = self._loaded()
+            with self._lock:
+                entries.pop(session_key, None)
+                self._unsaved.discard(session_key)
+            self._state_db.delete_routing_entries([session_key], self._scope)
+
     def switch_session(self, session_key: str, session_id: str,
                        source: SessionSource) -> SessionEntry:
         """Make an existing session the key's current conversation (``/resume``): the one it

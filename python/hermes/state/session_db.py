@@ -13,6 +13,7 @@ from hermes.state.gateway_sessions import AsyncGatewaySessions, GatewaySessions
 from hermes.state.handoffs import AsyncHandoffs, Handoffs
 from hermes.state.listing import AsyncListing, Listing
 from hermes.state.messages import AsyncMessages, Messages
+from hermes.state.responses import AsyncResponses, Responses
 from hermes.state.routing import AsyncRouting, Routing
 from hermes.state.search import AsyncSearch, Search
 from hermes.state.sessions import AsyncSessions, Sessions
@@ -34,6 +35,7 @@ class SessionDB(
     Routing,
     TopicBindings,
     Handoffs,
+    Responses,
 ):
     """An open ``state.db``.
 
@@ -59,6 +61,7 @@ class AsyncSessionDB(
     AsyncRouting,
     AsyncTopicBindings,
     AsyncHandoffs,
+    AsyncResponses,
 ):
     """Every public :class:`SessionDB` method as a coroutine run in a worker thread, so the
     event loop never waits on SQLite. ``sync`` is the wrapped DB, for the calls that are

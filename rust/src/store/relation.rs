@@ -14,14 +14,18 @@ pub enum Relation {
     Messages,
     GatewayRouting,
     StateMeta,
+    /// Ours: the api_server's stored `/v1/responses` answers (hermes-agent keeps
+    /// them in a file of their own; it never reads or writes this table).
+    Responses,
 }
 
 impl Relation {
-    pub const ALL: [Relation; 4] = [
+    pub const ALL: [Relation; 5] = [
         Relation::Sessions,
         Relation::Messages,
         Relation::GatewayRouting,
         Relation::StateMeta,
+        Relation::Responses,
     ];
 
     /// The table's name, the same in every backend.
@@ -31,6 +35,7 @@ impl Relation {
             Relation::Messages => "messages",
             Relation::GatewayRouting => "gateway_routing",
             Relation::StateMeta => "state_meta",
+            Relation::Responses => "hermes_responses",
         }
     }
 
@@ -51,7 +56,7 @@ impl Relation {
     /// same key conflicts with it.
     pub fn key(self) -> &'static [&'static str] {
         match self {
-            Relation::Sessions | Relation::Messages => &["id"],
+            Relation::Sessions | Relation::Messages | Relation::Responses => &["id"],
             Relation::GatewayRouting => &["scope", "session_key"],
             Relation::StateMeta => &["key"],
         }
@@ -64,7 +69,7 @@ impl Relation {
         match self {
             Relation::Sessions => &["message_count", "tool_call_count"],
             Relation::Messages => &["session_id"],
-            Relation::GatewayRouting | Relation::StateMeta => &[],
+            Relation::GatewayRouting | Relation::StateMeta | Relation::Responses => &[],
         }
     }
 

@@ -19,6 +19,7 @@ pub fn columns() -> Columns {
             Relation::Messages => vec!["id", "session_id", "content", "active"],
             Relation::GatewayRouting => vec!["scope", "session_key", "entry_json"],
             Relation::StateMeta => vec!["key", "value"],
+            Relation::Responses => vec!["id", "caller", "response_json"],
         }
         .into_iter()
         .map(String::from)

@@ -2,15 +2,16 @@
 
 * **Binding.** Without a key the server only starts on a loopback address: anyone who can
   reach a non-loopback port could otherwise drive the agent and its tools.
-* **The key.** With ``api_server.key`` set, every route but ``/health`` needs
+* **The key.** With ``api_server.key`` set, every route but ``/health`` (and ``/v1/health``) needs
   ``Authorization: Bearer <key>``, compared in constant time.
 * **The caller.** Which key authenticated, as a SHA-256 hash (the key itself is never kept),
   or ``"anonymous"`` when no key is configured (``Caller.of_key``: a request that reached a
   route has passed the key check). Together with a request's ``user`` field it is the
   identity conversations belong to (``hermes.gateway.client_turn``).
 * **Continuity.** Continuing a stored conversation with ``X-Hermes-Session-Id`` exposes its
-  history, so, as in hermes-agent, it needs a configured key (403 without one). Ids are
-  1-128 letters, digits or ``._:@-`` (400 otherwise).
+  history, so, as in hermes-agent, it needs a configured key (403 without one; ``require_key``),
+  and so does the sessions API, which serves stored transcripts. Ids are 1-128 letters, digits
+  or ``._:@-`` (400 otherwise; ``check_session_id``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ ANONYMOUS = "anonymous"
 SESSION_HEADER = "X-Hermes-Session-Id"
 MAX_SESSION_ID_CHARS = 128
 _SESSION_ID = re.compile(r"[A-Za-z0-9._:@-]+")
-_OPEN_PATHS = frozenset({"/health"})
+_OPEN_PATHS = frozenset({"/health", "/v1/health"})
 
 
 def is_loopback(host: str) -> bool:
@@ -102,19 +103,32 @@ def requested_session_id(request: web.Request, caller: Caller) -> str | None:
     session_id = header(request, SESSION_HEADER)
     if not session_id:
         return None
+    check_session_id(session_id, SESSION_HEADER)
+    require_key(caller, f"continuing a stored conversation with {SESSION_HEADER}",
+                SESSION_HEADER, "without one, send the whole conversation in 'messages'")
+    return session_id
+
+
+def check_session_id(session_id: str, where: str) -> str:
+    """``session_id`` if it is 1-128 letters, digits or ``._:@-``; a 400 naming ``where``
+    otherwise."""
     if len(session_id) > MAX_SESSION_ID_CHARS:
-        raise RequestError(400, f"the {SESSION_HEADER} header is too long ({len(session_id)} "
-                           f"characters; at most {MAX_SESSION_ID_CHARS})", param=SESSION_HEADER,
+        raise RequestError(400, f"the session id in {where} is too long ({len(session_id)} "
+                           f"characters; at most {MAX_SESSION_ID_CHARS})", param=where,
                            code="invalid_session_id")
     if not _SESSION_ID.fullmatch(session_id):
-        raise RequestError(400, f"the {SESSION_HEADER} header must be letters, digits or "
-                           f"._:@- (got {session_id[:40]!r})", param=SESSION_HEADER,
+        raise RequestError(400, f"the session id in {where} must be letters, digits or "
+                           f"._:@- (got {session_id[:40]!r})", param=where,
                            code="invalid_session_id")
+    return session_id
+
+
+def require_key(caller: Caller, what: str, param: str | None, otherwise: str = "") -> None:
+    """A 403 for ``what`` unless the server has a key (stored conversations are reachable
+    only by an authenticated caller)."""
     if not caller.authenticated:
         raise RequestError(
-            403, f"continuing a stored conversation with {SESSION_HEADER} needs a gateway "
-            "key: set api_server.key in $HERMES_HOME/config.yaml (or API_SERVER_KEY) and send "
-            "it as 'Authorization: Bearer <key>'; without one, send the whole conversation "
-            "in 'messages'", param=SESSION_HEADER, code="session_continuity_needs_key",
-            kind="permission_error")
-    return session_id
+            403, f"{what} needs a gateway key: set api_server.key in $HERMES_HOME/config.yaml "
+            f"(or API_SERVER_KEY) and send it as 'Authorization: Bearer <key>'"
+            + (f"; {otherwise}" if otherwise else ""), param=param,
+            code="session_continuity_needs_key", kind="permission_error")

@@ -46,24 +46,15 @@ def parse_chat_request(body: object, known_models: list[str]) -> ChatRequest:
     """Validate a request body (its strings already valid text)."""
     if not isinstance(body, dict):
         raise RequestError(400, "the request body must be a JSON object")
-    model = body.get("model", known_models[0])
-    if not isinstance(model, str):
-        raise RequestError(400, "'model' must be a string", param="model")
-    if model not in known_models:
-        raise RequestError(
-            404,
-            f"the model {model!r} does not exist here; use one of: {', '.join(known_models)}",
-            param="model",
-            code="model_not_found",
-        )
-    stream = _optional(body, "stream", bool, "true, false or null") or False
-    options = _optional(body, "stream_options", dict, "an object or null")
+    model = requested_model(body, known_models)
+    stream = optional_field(body, "stream", bool, "true, false or null") or False
+    options = optional_field(body, "stream_options", dict, "an object or null")
     if options is not None and not stream:
         raise RequestError(400, "'stream_options' is only allowed when 'stream' is true",
                            param="stream_options")
-    include_usage = bool(_optional(options or {}, "include_usage", bool, "true, false or null",
+    include_usage = bool(optional_field(options or {}, "include_usage", bool, "true, false or null",
                                    where="stream_options.include_usage"))
-    user = _optional(body, "user", str, "a string")
+    user = optional_field(body, "user", str, "a string")
 
     messages = body.get("messages")
     if messages is None:
@@ -86,8 +77,24 @@ def parse_chat_request(body: object, known_models: list[str]) -> ChatRequest:
     )
 
 
-def _optional(body: dict[str, Any], name: str, kind: type, described: str,
-              where: str | None = None) -> Any:
+def requested_model(body: dict[str, Any], known_models: list[str]) -> str:
+    """The body's ``model``: one ``/v1/models`` lists (404 otherwise), the first if absent."""
+    model = body.get("model", known_models[0])
+    if not isinstance(model, str):
+        raise RequestError(400, "'model' must be a string", param="model")
+    if model not in known_models:
+        raise RequestError(
+            404,
+            f"the model {model!r} does not exist here; use one of: {', '.join(known_models)}",
+            param="model",
+            code="model_not_found",
+        )
+    return model
+
+
+def optional_field(body: dict[str, Any], name: str, kind: type, described: str,
+                   where: str | None = None) -> Any:
+    """``body[name]``, which must be ``None`` (or absent) or of ``kind`` (400 otherwise)."""
     value = body.get(name)
     if value is not None and not isinstance(value, kind):
         raise RequestError(400, f"'{where or name}' must be {described}", param=where or name)
@@ -107,7 +114,7 @@ def _message(message: object, where: str) -> dict[str, Any]:
     text = _text(message.get("content"), f"{where}.content")
     parsed: dict[str, Any] = {"role": role, "content": text}
     if role == "assistant":
-        calls = _optional(message, "tool_calls", list, "a list or null", f"{where}.tool_calls")
+        calls = optional_field(message, "tool_calls", list, "a list or null", f"{where}.tool_calls")
         if calls:
             parsed["tool_calls"] = [_tool_call(call, f"{where}.tool_calls[{index}]")
                                     for index, call in enumerate(calls)]
@@ -120,7 +127,7 @@ def _message(message: object, where: str) -> dict[str, Any]:
             raise RequestError(400, f"{where}.tool_call_id is required for a tool message",
                                param=f"{where}.tool_call_id")
         parsed["tool_call_id"] = call_id
-        name = _optional(message, "name", str, "a string", f"{where}.name")
+        name = optional_field(message, "name", str, "a string", f"{where}.name")
         if name:
             parsed["tool_name"] = name
     if text is None and role != "assistant":
@@ -192,10 +199,6 @@ class ChunkWriter:
         self._headers = headers
         self._created = int(time.time())
         self.response: web.StreamResponse | None = None
-
-    @property
-    def started(self) -> bool:
-        return self.response is not None
 
     async def _send(self, data: bytes) -> None:
         if self.response is None:

@@ -4,11 +4,15 @@ Routes::
 
     POST /v1/chat/completions   plain JSON, or server-sent events with "stream": true
     GET  /v1/models             the model ids this server answers to
-    GET  /health                liveness, without authentication
+    GET  /health, /v1/health    liveness and version, without authentication
+    GET  /health/detailed       version, pid, uptime, and the store: reachable, counts
+    /v1/responses...            OpenAI's Responses API (``api_responses``)
+    /api/sessions...            hermes-agent's sessions API (``api_sessions``)
 
 Any OpenAI client works against it (``base_url="http://127.0.0.1:8642/v1"``). The request
 format is ``hermes.gateway.platforms.api_chat``'s, keys and callers ``api_auth``'s, errors
-and the HTTP plumbing ``api_http``'s; a further route file can use all three.
+and the HTTP plumbing ``api_http``'s, one turn's answer or stream ``api_turn``'s; every route
+file uses them.
 
 **Stateless by default, as OpenAI's API.** A request's messages are what the model sees: its
 system and developer messages are added to the gateway's own system prompt
@@ -47,8 +51,8 @@ and the model alike.
 
 from __future__ import annotations
 
-import asyncio
 import logging
+import os
 import time
 import uuid
 from collections.abc import Mapping
@@ -56,10 +60,11 @@ from typing import Any
 
 from aiohttp import web
 
-from hermes.agent.conversation import reply_stream
+from hermes import __version__
 from hermes.config import load_config
-from hermes.gateway.client_turn import ClientTurn, TurnReport
+from hermes.gateway.client_turn import ClientTurn
 from hermes.gateway.config import Platform, PlatformConfig
+from hermes.gateway.platforms import api_turn
 from hermes.gateway.platforms.api_auth import (
     SESSION_HEADER,
     Caller,
@@ -74,23 +79,17 @@ from hermes.gateway.platforms.api_chat import (
     parse_chat_request,
 )
 from hermes.gateway.platforms.api_http import (
-    FAILED,
     JsonErrorsRunner,
     RequestError,
-    header,
     json_errors,
     read_json,
 )
+from hermes.gateway.platforms.api_responses import ResponsesRoutes
+from hermes.gateway.platforms.api_sessions import SessionsRoutes
 from hermes.gateway.platforms.base import BasePlatformAdapter, MessageEvent, SendResult
-from hermes.gateway.session import SessionSource
-from hermes.gateway.turn import STOPPING_NOTICE
+from hermes.gateway.session import SessionStore
 
 logger = logging.getLogger(__name__)
-
-# An SSE comment every so often keeps proxies from closing a stream while a tool runs.
-_KEEPALIVE_SECONDS = 15.0
-# The answer to each way a model call fails (``ModelFailure`` values); others are 502s.
-_FAILURE_STATUS = {"model_rate_limited": 503, "model_unreachable": 503, "model_timeout": 504}
 
 
 class APIServerAdapter(BasePlatformAdapter):
@@ -109,6 +108,7 @@ class APIServerAdapter(BasePlatformAdapter):
         ))
         self.caller = Caller.of_key(self.settings.key)
         self._runner: web.AppRunner | None = None
+        self._started = time.monotonic()
         self.port: int | None = None  # the bound port (differs from settings when 0)
 
     async def connect(self) -> bool:
@@ -119,8 +119,12 @@ class APIServerAdapter(BasePlatformAdapter):
                          authenticate(self.settings.key)],
         )
         app.router.add_get("/health", self._health)
+        app.router.add_get("/v1/health", self._health)
+        app.router.add_get("/health/detailed", self._health_detailed)
         app.router.add_get("/v1/models", self._list_models)
         app.router.add_post("/v1/chat/completions", self._chat_completions)
+        ResponsesRoutes(self).add_to(app.router)
+        SessionsRoutes(self).add_to(app.router)
         self._runner = JsonErrorsRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
@@ -157,14 +161,30 @@ class APIServerAdapter(BasePlatformAdapter):
     # -- routes ----------------------------------------------------------------------------
 
     async def _health(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "platform": self.platform.value})
+        return web.json_response({"status": "ok", "platform": self.platform.value,
+                                  "version": __version__})
+
+    async def _health_detailed(self, request: web.Request) -> web.Response:
+        store = api_turn.attached(self.session_store)
+        try:
+            sessions, responses = await store.call(_counts)
+        except Exception as exc:  # the store's own error says what is wrong with the file
+            logger.error("api_server /health/detailed: state.db unreachable: %s", exc)
+            raise RequestError(503, f"state.db is unreachable: {exc}", code="store_unreachable",
+                               kind="server_error") from None
+        return web.json_response({
+            "status": "ok", "platform": self.platform.value, "version": __version__,
+            "pid": os.getpid(), "uptime_seconds": round(time.monotonic() - self._started, 3),
+            "models": self.models, "key_required": self.caller.authenticated,
+            "store": {"reachable": True, "sessions": sessions, "responses": responses},
+        })
 
     async def _list_models(self, request: web.Request) -> web.Response:
         now = int(time.time())
         return web.json_response({
             "object": "list",
-            "data": [{"id": m, "object": "model", "created": now, "owned_by": "hermes"}
-                     for m in self.models],
+            "data": [{"id": m, "object": "model", "created": now, "owned_by": "hermes",
+                      "permission": [], "root": m, "parent": None} for m in self.models],
         })
 
     async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
@@ -174,117 +194,27 @@ class APIServerAdapter(BasePlatformAdapter):
         client = ClientTurn(caller=self.caller.identity,
                             history=None if session_id else chat.history,
                             system_prompt=chat.system_prompt, session_id=session_id)
-        event = MessageEvent(
-            text=chat.text,
-            # The chat and thread are the caller's and the conversation's: the gateway fills
-            # them in (hermes.gateway.client_turn.route).
-            source=SessionSource(platform=self.platform, chat_id="", user_id=chat.user),
-            message_id=header(request, "X-Request-Id") or None,
-            client=client,
-        )
+        event = api_turn.client_event(request, self.platform, chat.text, client, chat.user)
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
         if chat.stream:
             return await self._stream_reply(request, event, client, chat, completion_id)
-        report = _answered(client, await self.dispatch(event))
+        report = await api_turn.answer(self.dispatch, event)
         return web.json_response(completion(completion_id, chat.model, report),
                                  headers={SESSION_HEADER: report.session_id})
 
-    async def _stream_reply(self, request: web.Request, event: MessageEvent, client: ClientTurn,
-                            chat: ChatRequest, completion_id: str) -> web.StreamResponse:
-        loop = asyncio.get_running_loop()
-        pieces: asyncio.Queue[str] = asyncio.Queue()
-        closed = False
-
-        def on_delta(text: str) -> None:  # called on the agent's thread
-            # A later turn run in this context (a queued message of the same conversation)
-            # finds this sink too; once this response is over, its text is not ours.
-            if not closed:
-                loop.call_soon_threadsafe(pieces.put_nowait, text)
-
-        # The task copies the current context, so the agent (run with that context in the
-        # gateway's executor) finds the sink and streams its text into ``pieces``.
-        token = reply_stream.set(on_delta)
-        try:
-            turn = asyncio.ensure_future(self.dispatch(event))
-        finally:
-            reply_stream.reset(token)
-
+    async def _stream_reply(self, request: web.Request, event: MessageEvent,
+                            client: ClientTurn, chat: ChatRequest,
+                            completion_id: str) -> web.StreamResponse:
         chunks = ChunkWriter(request, completion_id, chat.model,
-                             lambda: _session_headers(client.session_id))
-        streamed: list[str] = []
-        try:
-            while not turn.done() or not pieces.empty():
-                getter = asyncio.ensure_future(pieces.get())
-                done, _ = await asyncio.wait({getter, turn}, timeout=_KEEPALIVE_SECONDS,
-                                             return_when=asyncio.FIRST_COMPLETED)
-                if getter in done:
-                    streamed.append(getter.result())
-                    await chunks.text(streamed[-1])
-                else:
-                    getter.cancel()
-                    if not done:
-                        await chunks.keepalive()
-        except ConnectionResetError:
-            # The client left. The turn goes on (the gateway stores it); only its answer
-            # has nowhere to go.
-            logger.info("api_server client of %s disconnected mid-stream", client.session_id)
-            turn.add_done_callback(_log_failure)
-            assert chunks.response is not None  # only a started response can be reset
-            return chunks.response
-        finally:
-            closed = True
-        try:
-            report = _answered(client, turn.result())
-        except Exception as exc:
-            if not chunks.started:
-                raise  # nothing sent yet: an answer with its own status
-            if isinstance(exc, RequestError):
-                return await chunks.error(exc)
-            logger.exception("turn failed for api_server session %s", client.session_id)
-            return await chunks.error(RequestError(500, FAILED, kind="server_error"))
-        # The reply is the final answer; add it when it was not streamed (the backend
-        # cannot stream, or the agent's own words, such as a max_iterations note).
-        if report.reply and report.reply.strip() not in "".join(streamed):
-            await chunks.text(("\n\n" if streamed else "") + report.reply)
+                             lambda: api_turn.session_headers(client.session_id))
+        streamed = await api_turn.stream(self.dispatch, event, chunks)
+        if isinstance(streamed, web.StreamResponse):
+            return streamed
+        report, _ = streamed
         return await chunks.finish(report, chat.include_usage)
 
 
-def _session_headers(session_id: str | None) -> dict[str, str]:
-    return {SESSION_HEADER: session_id} if session_id else {}
-
-
-def _answered(client: ClientTurn, reply: str | None) -> TurnReport:
-    """The report of a turn that answered, or the ``RequestError`` for one that did not."""
-    if client.unknown_session:
-        raise RequestError(
-            404, f"no stored conversation {client.session_id!r} for this caller: continue "
-            f"only a conversation that this key and 'user' started, with the id its answers "
-            f"carried in {SESSION_HEADER}", param=SESSION_HEADER, code="session_not_found",
-            kind="not_found_error")
-    report = client.report
-    if report is None:  # the gateway answered without running a turn
-        if reply is None:
-            # An unauthorised user: a request/response client still needs an answer.
-            raise RequestError(403, "the gateway did not accept this message (is the user "
-                               "allowed on the api_server platform?)", kind="permission_error")
-        if reply == STOPPING_NOTICE:
-            raise RequestError(503, "the gateway is shutting down and did not run this turn; "
-                               "send it again once it is back", code="gateway_stopping",
-                               kind="server_error")
-        raise RequestError(500, FAILED, kind="server_error")
-    headers = _session_headers(report.session_id)
-    if report.failure is not None:
-        raise RequestError(_FAILURE_STATUS.get(report.failure, 502),
-                           f"the model call failed: {report.error}", code=report.failure,
-                           kind="server_error", headers={**headers, "x-should-retry": "false"})
-    if report.interrupted:
-        raise RequestError(503, "the turn was cut off before it finished (the gateway is "
-                           "stopping, or a newer message of this conversation interrupted "
-                           "it); send it again", code="turn_interrupted", kind="server_error",
-                           headers=headers)
-    return report
-
-
-def _log_failure(turn: asyncio.Future[str | None]) -> None:
-    if not turn.cancelled() and turn.exception() is not None:
-        logger.error("a turn whose client had left failed", exc_info=turn.exception())
+def _counts(store: SessionStore) -> tuple[int, int]:
+    db = store.state_db
+    # TODO([H]): use SessionDB.session_count
+    return db._store.count("sessions"), db.response_count()

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hermes.gateway.config import Platform, PlatformConfig
 from hermes.gateway.events import MessageEvent, MessageHandler, SendResult
+
+if TYPE_CHECKING:
+    from hermes.gateway.session import AsyncSessionStore
 
 __all__ = ["BasePlatformAdapter", "MessageEvent", "MessageHandler", "SendResult"]
 
@@ -29,10 +32,17 @@ class BasePlatformAdapter(ABC):
         self.config = config
         self.platform = platform
         self._message_handler: MessageHandler | None = None
+        #: The gateway's store, for an adapter that also serves what is stored (the
+        #: api_server's sessions and responses); ``None`` until the runner attaches it.
+        self.session_store: AsyncSessionStore | None = None
 
     def set_message_handler(self, handler: MessageHandler) -> None:
         """Called by the runner before ``connect``; events arriving earlier are refused."""
         self._message_handler = handler
+
+    def set_session_store(self, store: AsyncSessionStore) -> None:
+        """Called by the runner before ``connect``, with the store its turns use."""
+        self.session_store = store
 
     async def dispatch(self, event: MessageEvent) -> str | None:
         """Run the runner's handler for ``event`` and return the reply (request/response use)."""

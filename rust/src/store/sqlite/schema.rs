@@ -124,6 +124,19 @@ CREATE TABLE IF NOT EXISTS gateway_routing (
     PRIMARY KEY (scope, session_key)
 );
 
+-- Ours (hermes-agent neither reads nor writes it): the api_server's stored
+-- /v1/responses answers, each with the conversation a response chained from
+-- it continues (conversation_json), owned by the caller that created it.
+CREATE TABLE IF NOT EXISTS hermes_responses (
+    id TEXT PRIMARY KEY,
+    caller TEXT NOT NULL,
+    session_id TEXT,
+    previous_response_id TEXT,
+    created_at REAL NOT NULL,
+    response_json TEXT NOT NULL,
+    conversation_json TEXT NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS compression_locks (
     session_id TEXT PRIMARY KEY,
     holder TEXT NOT NULL,
