@@ -154,7 +154,7 @@ class Hermes(System):
         return self.db.get_messages_as_conversation(sid)
 
     def count(self, sid: str) -> int:
-        return self.db.message_count(sid)  # type: ignore[return-value]
+        return self.db.live_message_count(sid)  # type: ignore[return-value]
 
     def settle(self) -> None:
         # A search first indexes every row still pending, then queries (no hit here).

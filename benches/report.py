@@ -674,7 +674,7 @@ class Report:
             "",
             "Load: `get_messages_as_conversation` (hermes, hermes-agent), `get_items()` (OpenAI), `get_tuple()` "
             "(LangGraph), and for the floor a Rust loop reading the same rows into owned values (no Python objects). "
-            "Guard: `SessionDB.message_count(sid)` (ours), `get_session(sid)['message_count']` (what hermes-agent's "
+            "Guard: `SessionDB.live_message_count(sid)` (ours), `get_session(sid)['message_count']` (what hermes-agent's "
             "gateway reads), the same `SELECT` in Rust for the floor. Reads do not depend on `synchronous`; "
             f"figures from the {sync} pass.",
             "",

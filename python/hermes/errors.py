@@ -2,7 +2,7 @@
 
 They are defined by the Rust core (so storage failures map to them in one
 place, ``rust/src/exceptions.rs``) and re-exported here as the public names, all but
-``InvalidSettingError``, which only Python raises::
+``InvalidSettingError`` and ``InvalidImportError``, which only Python raises::
 
     HermesError
     ├── StateDbError                 the session database failed an operation
@@ -15,6 +15,7 @@ place, ``rust/src/exceptions.rs``) and re-exported here as the public names, all
     │   └── DatabaseClosedError      used after close()
     ├── MessageEncodeError           a message could not become a row
     ├── SessionNotFoundError         unknown session id
+    ├── InvalidImportError           an import_sessions batch refused whole (also a ValueError)
     └── ConfigError                  bad config.yaml / environment / flags
         └── InvalidSettingError      a setting's value fails its section's own check
 
@@ -44,6 +45,7 @@ __all__ = [
     "DatabaseLockedError",
     "DiskFullError",
     "HermesError",
+    "InvalidImportError",
     "MessageEncodeError",
     "NotADatabaseError",
     "ReadOnlyDatabaseError",
@@ -61,3 +63,8 @@ class InvalidSettingError(ConfigError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(message)
         self.key = key
+
+
+class InvalidImportError(HermesError, ValueError):
+    """An ``import_sessions`` batch that is refused whole before anything is written (not a
+    list, too many sessions). A ``ValueError`` too, as hermes-agent raises."""

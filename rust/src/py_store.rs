@@ -410,9 +410,9 @@ impl Store {
     }
 
     /// The live `message_count` (None if the session does not exist).
-    fn message_count(&self, py: Python<'_>, session_id: &str) -> PyResult<Option<i64>> {
+    fn live_message_count(&self, py: Python<'_>, session_id: &str) -> PyResult<Option<i64>> {
         let backend = &*self.backend;
-        Ok(py.detach(|| backend.message_count(session_id))?)
+        Ok(py.detach(|| backend.live_message_count(session_id))?)
     }
 
     /// How many message rows this store has committed to the session since
@@ -613,6 +613,12 @@ impl Store {
     }
 
     /// Closes every connection; later calls raise `DatabaseClosedError`.
+    /// A truncating WAL checkpoint, then `VACUUM`: the file shrinks to its rows.
+    fn vacuum(&self, py: Python<'_>) -> PyResult<()> {
+        let backend = &*self.backend;
+        Ok(py.detach(|| backend.vacuum())?)
+    }
+
     fn close(&self, py: Python<'_>) {
         let backend = &*self.backend;
         py.detach(|| backend.close());

@@ -152,7 +152,7 @@ fn a_session_is_created_once_and_merges_later_columns() {
         assert_eq!(session_value(&*db, "s", "title"), text("Trip"));
         assert_eq!(session_value(&*db, "s", "message_count"), Value::Integer(0));
         assert_eq!(db.session("none").unwrap().row_count(), 0);
-        assert_eq!(db.message_count("none").unwrap(), None);
+        assert_eq!(db.live_message_count("none").unwrap(), None);
     });
 }
 
@@ -177,7 +177,7 @@ fn appended_messages_come_back_in_id_order_and_the_count_is_the_active_rows() {
             first[0] < more[0] && more[0] < more[1],
             "{first:?} {more:?}"
         );
-        assert_eq!(db.message_count("s").unwrap(), Some(3));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(3));
         assert_eq!(db.own_appends("s"), 3);
         assert_eq!(
             column(&db.messages("s", false).unwrap(), "content"),
@@ -202,7 +202,7 @@ fn appended_messages_come_back_in_id_order_and_the_count_is_the_active_rows() {
         })
         .unwrap();
         assert_eq!(seen, 503);
-        assert_eq!(db.message_count("s").unwrap(), Some(503));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(503));
     });
 }
 
@@ -231,7 +231,7 @@ fn a_once_key_appends_once() {
         };
         assert!(matches!(db.write(op()).unwrap(), WriteOut::Ids(ids) if ids.len() == 1));
         assert_eq!(db.write(op()).unwrap(), WriteOut::Ids(vec![]));
-        assert_eq!(db.message_count("s").unwrap(), Some(1));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(1));
     });
 }
 
@@ -246,7 +246,7 @@ fn a_write_now_commits_when_nothing_else_writes() {
             once_key: None,
         };
         assert!(matches!(db.write_now(op).unwrap(), WriteOut::Ids(ids) if ids.len() == 1));
-        assert_eq!(db.message_count("s").unwrap(), Some(1));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(1));
     });
 }
 
@@ -315,7 +315,7 @@ fn rewinding_and_deleting_messages_keep_the_count_at_the_active_rows() {
             vec![("active", Assign::Value(Value::Integer(0)))],
         );
         assert_eq!(db.write(rewind).unwrap(), WriteOut::Rows(3));
-        assert_eq!(db.message_count("s").unwrap(), Some(2));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(2));
         assert_eq!(db.messages("s", false).unwrap().row_count(), 2);
         assert_eq!(db.messages("s", true).unwrap().row_count(), 5);
         let restore = set(
@@ -324,7 +324,7 @@ fn rewinding_and_deleting_messages_keep_the_count_at_the_active_rows() {
             vec![("active", Assign::Value(Value::Integer(1)))],
         );
         db.write(restore).unwrap();
-        assert_eq!(db.message_count("s").unwrap(), Some(5));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(5));
         let first_two = WriteOp::Delete(Delete {
             relation: Relation::Messages,
             filter: Filter::In(
@@ -333,9 +333,9 @@ fn rewinding_and_deleting_messages_keep_the_count_at_the_active_rows() {
             ),
         });
         assert_eq!(db.write(first_two).unwrap(), WriteOut::Rows(2));
-        assert_eq!(db.message_count("s").unwrap(), Some(3));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(3));
         assert_eq!(
-            db.message_count("t").unwrap(),
+            db.live_message_count("t").unwrap(),
             Some(1),
             "another session untouched"
         );
@@ -538,6 +538,152 @@ fn queries_filter_order_page_and_derive() {
 }
 
 #[test]
+fn lineage_and_upkeep_values_are_derived_per_session() {
+    on_every_backend(|open| {
+        let db = open();
+        // root -> cont (a compression continuation) -> tip; a branch, a
+        // delegate run and a plain child of root; a row with broken JSON.
+        for (id, started) in [
+            ("root", 1.0),
+            ("cont", 2.0),
+            ("tip", 3.0),
+            ("branch", 4.0),
+            ("delegate", 5.0),
+            ("child", 6.0),
+            ("broken", 7.0),
+        ] {
+            create(&*db, id, "cli", started);
+        }
+        let assign = |id: &str, values: Vec<(&str, Value)>| {
+            db.write(set(
+                Relation::Sessions,
+                Filter::eq("id", id),
+                values
+                    .into_iter()
+                    .map(|(c, v)| (c, Assign::Value(v)))
+                    .collect(),
+            ))
+            .unwrap();
+        };
+        let compressed = || text("compression");
+        assign(
+            "root",
+            vec![("end_reason", compressed()), ("title", text("AN-94 plan"))],
+        );
+        assign(
+            "cont",
+            vec![
+                ("parent_session_id", text("root")),
+                ("end_reason", compressed()),
+            ],
+        );
+        assign(
+            "tip",
+            vec![("parent_session_id", text("cont")), ("title", text("Tip"))],
+        );
+        assign(
+            "branch",
+            vec![
+                ("parent_session_id", text("root")),
+                ("model_config", text(r#"{"_branched_from": "root"}"#)),
+            ],
+        );
+        assign(
+            "delegate",
+            vec![
+                ("parent_session_id", text("root")),
+                ("model_config", text(r#"{"_delegate_from": "root"}"#)),
+                ("input_tokens", Value::Integer(5)),
+                ("output_tokens", Value::Integer(7)),
+                ("estimated_cost_usd", Value::Real(0.5)),
+            ],
+        );
+        assign("child", vec![("parent_session_id", text("tip"))]);
+        assign("broken", vec![("model_config", text("{not json"))]);
+        append(&*db, "tip", vec![message("user", "late", 50.0)]).unwrap();
+        let derived = |d: Derived| {
+            let query = Query {
+                select: vec![Term::Column("id".into()), Term::Derived(d)],
+                ..sessions_query(Filter::All)
+            };
+            column(&db.query(&query).unwrap(), d.name())
+        };
+        // Ids in order: branch, broken, child, cont, delegate, root, tip.
+        let ints = |v: &[i64]| v.iter().map(|&n| Value::Integer(n)).collect::<Vec<_>>();
+        assert_eq!(derived(Derived::Listed), ints(&[1, 1, 0, 0, 0, 1, 0]));
+        assert_eq!(
+            derived(Derived::DelegateFrom),
+            [
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                text("root"),
+                Value::Null,
+                Value::Null
+            ]
+        );
+        assert_eq!(
+            derived(Derived::ChainLastActive)[5..],
+            [Value::Real(50.0), Value::Real(50.0)]
+        );
+        assert_eq!(derived(Derived::ChainLastActive)[0], Value::Real(4.0));
+        assert_eq!(
+            derived(Derived::ChainIds)[5],
+            text("root\u{1f}cont\u{1f}tip")
+        );
+        assert_eq!(
+            derived(Derived::ChainTitles)[5],
+            text("an-94 plan\u{1f}\u{1f}tip")
+        );
+        assert_eq!(
+            derived(Derived::ChainTitlesCompact)[5],
+            text("an94plan\u{1f}\u{1f}tip")
+        );
+        assert_eq!(derived(Derived::TotalTokens)[4], Value::Integer(12));
+        assert_eq!(derived(Derived::CostUsd)[4], Value::Real(0.5));
+        assert_eq!(derived(Derived::CostUsd)[0], Value::Integer(0));
+        // A chain that loops ends.
+        assign("root", vec![("parent_session_id", text("cont"))]);
+        assert_eq!(
+            derived(Derived::ChainIds)[5],
+            text("root\u{1f}cont\u{1f}tip")
+        );
+        // Listing filters on a derived value.
+        let listed = Filter::Compare(Term::Derived(Derived::Listed), Cmp::Eq, Value::Integer(1));
+        assert_eq!(db.count(Relation::Sessions, &listed).unwrap(), 2);
+    });
+}
+
+#[test]
+fn vacuum_keeps_every_row_and_the_store_writes_on() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "cli", 1.0);
+        let big = "x".repeat(4000);
+        let rows = (0..200)
+            .map(|i| message("user", &big, f64::from(i)))
+            .collect();
+        append(&*db, "s", rows).unwrap();
+        create(&*db, "kept", "cli", 2.0);
+        append(&*db, "kept", vec![message("user", "kept", 1.0)]).unwrap();
+        db.write(WriteOp::Delete(Delete {
+            relation: Relation::Messages,
+            filter: Filter::eq("session_id", "s"),
+        }))
+        .unwrap();
+        db.vacuum().unwrap();
+        assert_eq!(db.live_message_count("s").unwrap(), Some(0));
+        assert_eq!(
+            column(&db.messages("kept", false).unwrap(), "content"),
+            [text("kept")]
+        );
+        append(&*db, "s", vec![message("user", "after", 1.0)]).unwrap();
+        assert_eq!(db.live_message_count("s").unwrap(), Some(1));
+    });
+}
+
+#[test]
 fn the_session_list_is_newest_first_by_source_in_pages() {
     on_every_backend(|open| {
         let db = open();
@@ -607,12 +753,12 @@ fn a_transaction_writes_all_or_nothing() {
             .unwrap_err();
         assert!(matches!(err, Error::SessionNotFound { .. }));
         assert_eq!(session_value(&*db, "s", "title"), Value::Null);
-        assert_eq!(db.message_count("s").unwrap(), Some(0));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(0));
         assert_eq!(db.own_appends("s"), 0);
         let out = db.write(WriteOp::Transaction(vec![title, add])).unwrap();
         assert!(matches!(&out, WriteOut::Many(outs) if outs.len() == 2));
         assert_eq!(out.rows(), 2);
-        assert_eq!(db.message_count("s").unwrap(), Some(1));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(1));
         assert_eq!(db.own_appends("s"), 1);
     });
 }
@@ -754,7 +900,7 @@ fn another_handles_commits_are_foreign_and_counted_live() {
         append(&*b, "s", vec![message("user", "theirs", 1.0)]).unwrap();
         assert!(a.foreign_commit_since_last_look().unwrap());
         assert!(!a.foreign_commit_since_last_look().unwrap());
-        assert_eq!(a.message_count("s").unwrap(), Some(2));
+        assert_eq!(a.live_message_count("s").unwrap(), Some(2));
         assert_eq!((a.own_appends("s"), b.own_appends("s")), (1, 1));
     });
 }
@@ -827,14 +973,15 @@ fn a_closed_store_refuses_every_operation_and_keeps_its_data() {
         let closed =
             |r: Result<(), Error>| assert!(matches!(r, Err(Error::Closed { .. })), "{r:?}");
         closed(append(&*db, "s", vec![message("user", "x", 1.0)]).map(drop));
-        closed(db.message_count("s").map(drop));
+        closed(db.live_message_count("s").map(drop));
         closed(db.session("s").map(drop));
         closed(db.query(&Query::all(Relation::Sessions)).map(drop));
         closed(db.count(Relation::Sessions, &Filter::All).map(drop));
         closed(db.foreign_commit_since_last_look().map(drop));
         closed(db.search("kept", &Page::default()).map(drop));
+        closed(db.vacuum());
         let again = open();
-        assert_eq!(again.message_count("s").unwrap(), Some(1));
+        assert_eq!(again.live_message_count("s").unwrap(), Some(1));
         assert_eq!(
             column(&again.messages("s", false).unwrap(), "content"),
             [text("kept")]

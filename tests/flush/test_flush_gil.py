@@ -77,5 +77,5 @@ def test_python_thread_keeps_running_during_a_100k_message_flush(
     assert len(agent._db_flush_tracker) == 100_000
     # the no-op re-flush of the same list writes nothing
     assert agent._flush_messages_to_session_db(messages) is True
-    assert db.message_count("s1") == 100_000
+    assert db.live_message_count("s1") == 100_000
     db.close()

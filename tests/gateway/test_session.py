@@ -137,7 +137,7 @@ def test_transcript_writes_and_skip_db(db: SessionDB) -> None:
     assert [m["role"] for m in transcript] == ["user", "tool"]
     assert transcript[1]["tool_name"] == "terminal"
     assert store.has_platform_message_id(sid, "m1")
-    assert db.message_count(sid) == 2
+    assert db.live_message_count(sid) == 2
 
 
 def test_resume_flags_persist_in_the_database(db: SessionDB) -> None:

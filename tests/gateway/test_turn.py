@@ -48,7 +48,7 @@ async def test_first_turn_writes_meta_and_turn_two_reuses_the_agent(make_runner:
     assert _roles(runner) == ["user", "assistant", "session_meta"]  # meta follows the turn
     sid = current_session_id(runner)
     key = runner._session_key_for(event("").source)
-    assert runner._agent_cache[key][2] == runner_db(runner).message_count(sid) == 3
+    assert runner._agent_cache[key][2] == runner_db(runner).live_message_count(sid) == 3
 
     assert await runner._handle_message(event("again")) == "echo: again [history=2]"
     assert scripted_agent.BUILDS == [sid]  # turn 2 reused the cached agent
@@ -339,7 +339,7 @@ async def test_at_normal_a_first_turn_commits_its_session_meta_on_the_loop(
     assert on_loop == [True]  # the session_meta row, committed on the loop
     sid = current_session_id(runner)
     key = runner._session_key_for(event("").source)
-    assert runner._agent_cache[key][2] == runner_db(runner).message_count(sid) == 3
+    assert runner._agent_cache[key][2] == runner_db(runner).live_message_count(sid) == 3
 
 
 async def test_a_first_turn_never_waits_on_the_loop_for_another_writer(
@@ -387,4 +387,4 @@ async def test_a_first_turn_never_waits_on_the_loop_for_another_writer(
     assert _roles(runner) == ["user", "assistant", "session_meta"]
     sid = current_session_id(runner)
     key = runner._session_key_for(event("").source)
-    assert runner._agent_cache[key][2] == runner_db(runner).message_count(sid) == 3
+    assert runner._agent_cache[key][2] == runner_db(runner).live_message_count(sid) == 3

@@ -182,7 +182,7 @@ def test_file_we_write_reads_identically_in_hermes_agent_and_it_can_append(tmp_p
     with SessionDB(path) as db:
         ours = db.get_messages_as_conversation("ours-1")
         assert shape(ours) == shape(first + second)
-        assert db.message_count("ours-1") == len(ours) == len(first) + len(second)
+        assert db.live_message_count("ours-1") == len(ours) == len(first) + len(second)
         third = [{"role": "user", "content": "Thanks — ありがとう 🙏"}, {"role": "assistant", "content": "You're welcome."}]
         agent = agent_shell(db, "ours-1")
         agent._session_db_created = True
@@ -226,7 +226,7 @@ def test_file_hermes_agent_writes_opens_here_reads_identically_and_we_append(tmp
         ours = db.get_messages_as_conversation("theirs-1")
         assert shape(ours) == shape(first) == shape(theirs["conversation"])
         assert shape(db.get_messages_as_conversation("theirs-agent")) == shape(their_flush["conversation"])
-        assert db.message_count("theirs-1") == len(first)
+        assert db.live_message_count("theirs-1") == len(first)
         session = db.get_session("theirs-1")
         assert session is not None and session["tool_call_count"] == tool_calls_in(first)
 
@@ -236,7 +236,7 @@ def test_file_hermes_agent_writes_opens_here_reads_identically_and_we_append(tmp
         assert agent._flush_messages_to_session_db(ours + second, ours) is True
         # A repeated flush from another exit path writes nothing more.
         assert agent._flush_messages_to_session_db(ours + second, ours) is True
-        assert db.message_count("theirs-1") == len(db.get_messages("theirs-1")) == len(first + second)
+        assert db.live_message_count("theirs-1") == len(db.get_messages("theirs-1")) == len(first + second)
         assert shape(db.get_messages_as_conversation("theirs-1")) == shape(first + second)
         assert db.search_messages("pytest", session_id="theirs-1")
 
@@ -249,4 +249,4 @@ def test_file_hermes_agent_writes_opens_here_reads_identically_and_we_append(tmp
     theirs = peer("append", path, "theirs-1", hermes_home, messages=[{"role": "user", "content": "One more: ¿qué tal?"}])
     assert theirs["message_count"] == theirs["rows"] == len(first + second) + 1
     with SessionDB(path) as db:
-        assert db.message_count("theirs-1") == len(db.get_messages("theirs-1")) == len(first + second) + 1
+        assert db.live_message_count("theirs-1") == len(db.get_messages("theirs-1")) == len(first + second) + 1

@@ -76,9 +76,9 @@ def reader(db_path: Path, seconds: float) -> dict[str, Any]:
             sessions = db.list_sessions(limit=50)
             for session in random.sample(sessions, min(3, len(sessions))):
                 sid = session["id"]
-                before = db.message_count(sid) or 0
+                before = db.live_message_count(sid) or 0
                 rows = db.get_messages(sid)
-                after = db.message_count(sid) or 0
+                after = db.live_message_count(sid) or 0
                 reads += 1
                 if not before <= len(rows) <= after:
                     violations.append(f"{sid}: message_count {before}..{after}, {len(rows)} rows")

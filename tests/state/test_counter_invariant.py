@@ -42,7 +42,7 @@ def check(db: SessionDB, expected: dict[str, list[tuple[str, int]]]) -> None:
         assert session is not None
         stored = db.get_messages(sid)
         assert session["message_count"] == len(stored) == len(rows)
-        assert db.message_count(sid) == len(stored)
+        assert db.live_message_count(sid) == len(stored)
         assert session["tool_call_count"] == sum(len(m["tool_calls"] or []) for m in stored)
         assert [(m["content"], len(m["tool_calls"] or [])) for m in stored] == rows
     assert db.get_session("ghost") is None

@@ -170,7 +170,7 @@ def test_synchronous_normal_is_accepted(tmp_path: Path) -> None:
     db.append_messages("s1", [{"role": "user", "content": str(i)} for i in range(10)])
     db.close()
     again = SessionDB(tmp_path / "state.db")
-    assert again.message_count("s1") == 10
+    assert again.live_message_count("s1") == 10
     again.close()
 
 
@@ -198,7 +198,7 @@ def test_read_only_filesystem_raises_read_only_error(mount_tmpfs: Callable[..., 
 # -- AsyncSessionDB ------------------------------------------------------------------------
 
 ASYNC_METHODS = [
-    "create_session", "append_message", "append_messages", "get_session", "message_count",
+    "create_session", "append_message", "append_messages", "get_session", "live_message_count",
     "foreign_commit_since_last_look", "get_messages", "get_messages_as_conversation",
     "update_session", "end_session", "reopen_session", "list_sessions", "search_messages",
     "has_platform_message_id", "save_routing_entry", "load_routing_entries",
@@ -220,7 +220,7 @@ def test_async_session_db_every_method_is_awaitable(tmp_path: Path) -> None:
         assert isinstance(rid, int)
         assert len(await adb.append_messages("s1", [{"role": "assistant", "content": "hi"}])) == 1
         assert (await adb.get_session("s1"))["message_count"] == 2
-        assert await adb.message_count("s1") == 2
+        assert await adb.live_message_count("s1") == 2
         assert await adb.foreign_commit_since_last_look() in (True, False)
         assert [m["content"] for m in await adb.get_messages("s1")] == ["hello async", "hi"]
         assert [m["role"] for m in await adb.get_messages_as_conversation("s1")] == ["user", "assistant"]
@@ -275,11 +275,11 @@ def test_a_coroutine_must_be_named_after_its_method() -> None:
 
 def test_a_coroutine_calls_the_wrapped_objects_own_method(tmp_path: Path) -> None:
     class CountingDB(SessionDB):
-        def message_count(self, session_id: str) -> int | None:
+        def live_message_count(self, session_id: str) -> int | None:
             return 41
 
     with CountingDB(tmp_path / "state.db") as db:
-        assert asyncio.run(AsyncSessionDB(db).message_count("s1")) == 41
+        assert asyncio.run(AsyncSessionDB(db).live_message_count("s1")) == 41
 
 
 def test_async_session_db_runs_off_the_event_loop(tmp_path: Path, hold_write_lock: Any) -> None:
@@ -311,7 +311,7 @@ def test_async_session_db_runs_off_the_event_loop(tmp_path: Path, hold_write_loc
         elapsed = asyncio.run(scenario())
     assert elapsed >= 0.5
     assert ticks >= 15, f"event loop starved: {ticks} ticks in {elapsed:.2f}s"
-    assert db.message_count("s1") == 0
+    assert db.live_message_count("s1") == 0
     db.close()
 
 
@@ -325,7 +325,7 @@ def test_writes_without_waiting_give_up_at_once_and_write_nothing(
         with writes_without_waiting(), pytest.raises(WriterBusyError, match="nothing was written"):
             db.append_message("s1", "user", "on the loop")
         assert time.monotonic() - start < 1.0, "it waited for the lock"
-        assert db.message_count("s1") == 0
+        assert db.live_message_count("s1") == 0
     with writes_without_waiting():  # the lock is free: the write goes through at once
         db.append_message("s1", "user", "free now")
     assert [m["content"] for m in db.get_messages_as_conversation("s1")] == ["free now"]

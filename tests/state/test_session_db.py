@@ -207,8 +207,8 @@ def test_message_and_tool_call_counts_move(db: SessionDB) -> None:
     row = db.get_session("s1")
     assert row is not None
     assert (row["message_count"], row["tool_call_count"]) == (3, 3)
-    assert db.message_count("s1") == 3
-    assert db.message_count("missing") is None
+    assert db.live_message_count("s1") == 3
+    assert db.live_message_count("missing") is None
 
 
 def test_tool_calls_tuple_counts_every_call(db: SessionDB) -> None:
@@ -247,7 +247,7 @@ def test_append_messages_batch(db: SessionDB) -> None:
     assert row is not None
     assert (row["message_count"], row["tool_call_count"]) == (4, 2)
     assert db.append_messages("s1", []) == []
-    assert db.message_count("s1") == 4
+    assert db.live_message_count("s1") == 4
 
 
 def test_append_messages_missing_session_commits_nothing(db: SessionDB, count_rows: Any, db_path: Path) -> None:
@@ -266,7 +266,7 @@ def test_append_messages_non_dict_item_commits_nothing(db: SessionDB, count_rows
         db.append_messages("s1", [{"role": "user", "content": "a"}, "oops",
                                   {"role": "user", "content": "c"}])
     assert count_rows() == 0
-    assert db.message_count("s1") == 0
+    assert db.live_message_count("s1") == 0
 
 
 def test_append_messages_is_one_transaction_for_a_concurrent_reader(db_path: Path) -> None:
@@ -281,7 +281,7 @@ def test_append_messages_is_one_transaction_for_a_concurrent_reader(db_path: Pat
 
     def read() -> None:
         while not done.is_set():
-            seen.append((reader.message_count("s1") or 0, len(reader.get_messages("s1"))))
+            seen.append((reader.live_message_count("s1") or 0, len(reader.get_messages("s1"))))
 
     t = threading.Thread(target=read)
     t.start()
@@ -297,7 +297,7 @@ def test_append_messages_is_one_transaction_for_a_concurrent_reader(db_path: Pat
         t.join()
     assert len({count for count, _ in seen}) >= 20, "the reader did not interleave with the writer"
     assert all(count % 25 == 0 and rows % 25 == 0 for count, rows in seen), seen[:20]
-    assert reader.message_count("s1") == 1000
+    assert reader.live_message_count("s1") == 1000
     writer.close()
     reader.close()
 
@@ -316,7 +316,7 @@ def test_once_key_writes_a_batch_once(db: SessionDB) -> None:
     msgs = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
     assert len(db.append_messages("s1", msgs, once_key="k")) == 2
     assert db.append_messages("s1", msgs, once_key="k") == []
-    assert db.message_count("s1") == 2
+    assert db.live_message_count("s1") == 2
 
 
 # -- reads ----------------------------------------------------------------------------
@@ -628,7 +628,7 @@ def test_message_count_and_foreign_commit_detection(db_path: Path) -> None:
     assert b.search_messages("connection")
     assert a.foreign_commit_since_last_look() is True
     assert a.foreign_commit_since_last_look() is False
-    assert a.message_count("s1") == 2 and b.message_count("s1") == 2
+    assert a.live_message_count("s1") == 2 and b.live_message_count("s1") == 2
     a.close()
     b.close()
 
@@ -649,7 +649,7 @@ def test_close_then_use_raises_database_closed(db_path: Path) -> None:
         lambda: db.create_session("s2", "cli"),
         lambda: db.search_messages("x"),
         lambda: db.set_meta("k", "v"),
-        lambda: db.message_count("s1"),
+        lambda: db.live_message_count("s1"),
         lambda: db.foreign_commit_since_last_look(),
     ]
     for call in calls:

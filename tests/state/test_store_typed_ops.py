@@ -63,7 +63,7 @@ def test_write_runs_its_ops_in_one_transaction_all_or_none(store: Store) -> None
         store.write(fails)
     a = store.get_session("a")
     assert a is not None and a["title"] is None
-    assert store.message_count("a") == 0
+    assert store.live_message_count("a") == 0
     done = store.write([
         Update("sessions", ("=", "id", "a"), {"title": "kept"}, add={"rewind_count": 2}),
         Append("a", [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]),
@@ -83,7 +83,7 @@ def test_rewinding_through_an_update_recounts_the_session(store: Store) -> None:
     [n] = store.write([Update("messages", ("and", [("=", "session_id", "a"),
                                                    (">=", "id", msg_ids[2])]), {"active": 0})])
     assert n == 2
-    assert store.message_count("a") == 2
+    assert store.live_message_count("a") == 2
     assert [m["content"] for m in store.get_conversation("a")] == ["0", "1"]
 
 

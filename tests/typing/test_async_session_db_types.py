@@ -29,7 +29,7 @@ async def _every_result_type(adb: AsyncSessionDB) -> None:
     live: list[dict[str, Any]] = [{"role": "user", "content": "flushed"}]
     assert_type(await adb.flush(FlushTracker(), "s1", live), int)
     assert_type(await adb.get_session("s1"), dict[str, Any] | None)
-    assert_type(await adb.message_count("s1"), int | None)
+    assert_type(await adb.live_message_count("s1"), int | None)
     assert_type(await adb.own_appends("s1"), int)
     assert_type(await adb.foreign_commit_since_last_look(), bool)
     assert_type(await adb.get_messages("s1"), list[dict[str, Any]])
@@ -54,6 +54,6 @@ def test_coroutines_return_what_their_methods_return(tmp_path: Path) -> None:
         adb = AsyncSessionDB(db)
         asyncio.run(_every_result_type(adb))
         asyncio.run(_wrong_arguments_are_rejected(adb))
-        assert db.message_count("s1") == 3
+        assert db.live_message_count("s1") == 3
         session = db.get_session("s1")
         assert session is not None and session["title"] == "retitled"

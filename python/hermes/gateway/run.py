@@ -266,7 +266,7 @@ class GatewayRunner:
         if db is None:
             return None
         try:
-            return db.message_count(session_id)
+            return db.live_message_count(session_id)
         except Exception:
             logger.warning("cannot read the message count of %s", session_id, exc_info=True)
             return None

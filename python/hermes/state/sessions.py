@@ -57,13 +57,13 @@ class Sessions(StoreFace):
         """Every column of the session row, or None if there is none."""
         return self._store.get_session(session_id)
 
-    def message_count(self, session_id: str) -> int | None:
+    def live_message_count(self, session_id: str) -> int | None:
         """The session's live ``message_count`` (None if it does not exist).
 
         A single indexed read, microseconds: the gateway's coherence guard
         calls it on every turn.
         """
-        return self._store.message_count(session_id)
+        return self._store.live_message_count(session_id)
 
     def own_appends(self, session_id: str) -> int:
         """Message rows this ``SessionDB`` committed to the session since it was opened.
@@ -109,7 +109,7 @@ class AsyncSessions(AsyncFace):
     create_session = offloaded(Sessions.create_session)
     ensure_session = offloaded(Sessions.ensure_session)
     get_session = offloaded(Sessions.get_session)
-    message_count = offloaded(Sessions.message_count)
+    live_message_count = offloaded(Sessions.live_message_count)
     own_appends = offloaded(Sessions.own_appends)
     foreign_commit_since_last_look = offloaded(Sessions.foreign_commit_since_last_look)
     update_session = offloaded(Sessions.update_session)

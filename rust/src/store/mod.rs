@@ -132,7 +132,7 @@ pub trait Backend: Send + Sync {
     /// The session's row (an empty table when it does not exist).
     fn session(&self, id: &str) -> Result<Table>;
     /// The live `message_count` of a session (`None` when it does not exist).
-    fn message_count(&self, id: &str) -> Result<Option<i64>>;
+    fn live_message_count(&self, id: &str) -> Result<Option<i64>>;
     /// How many message rows this backend has committed to the session.
     fn own_appends(&self, session_id: &str) -> u64;
     /// Whether any other connection committed since the previous call.
@@ -156,6 +156,9 @@ pub trait Backend: Send + Sync {
     /// Full-text search, with the query syntax of SQLite's FTS5.
     fn search(&self, query: &str, page: &Page) -> Result<Table>;
     fn has_platform_message_id(&self, session_id: &str, platform_message_id: &str) -> Result<bool>;
+    /// Gives the space of deleted rows back to the file system (SQLite: a
+    /// truncating WAL checkpoint, `VACUUM`, another checkpoint), between writes.
+    fn vacuum(&self) -> Result<()>;
     fn close(&self);
 }
 

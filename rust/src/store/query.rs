@@ -17,24 +17,62 @@ pub enum Derived {
     Preview,
     /// A session's latest message timestamp, or its `started_at` without one.
     LastActive,
+    /// 1 for a session a picker lists, else 0: a root or a branch (its
+    /// `model_config` has `_branched_from`, or its parent ended `branched`
+    /// before it started), never a delegate run (`_delegate_from`).
+    Listed,
+    /// The parent id in `model_config._delegate_from` (NULL when none, or
+    /// when `model_config` is not JSON).
+    DelegateFrom,
+    /// The latest `last_active` along the session's compression chain (it
+    /// and its continuations: children of a parent that ended `compression`,
+    /// not branches, delegate runs or tool sessions).
+    ChainLastActive,
+    /// The ids along the compression chain, lower-cased, separated by U+001F.
+    ChainIds,
+    /// The titles along the compression chain, lower-cased, separated by U+001F.
+    ChainTitles,
+    /// The same titles without `-`, `_`, `.` and spaces (`an94` finds `AN-94`).
+    ChainTitlesCompact,
+    /// `input_tokens + output_tokens`, NULL as 0.
+    TotalTokens,
+    /// `actual_cost_usd`, else `estimated_cost_usd`, else 0.
+    CostUsd,
 }
 
 impl Derived {
-    pub const ALL: [Derived; 2] = [Derived::Preview, Derived::LastActive];
+    pub const ALL: [Derived; 10] = [
+        Derived::Preview,
+        Derived::LastActive,
+        Derived::Listed,
+        Derived::DelegateFrom,
+        Derived::ChainLastActive,
+        Derived::ChainIds,
+        Derived::ChainTitles,
+        Derived::ChainTitlesCompact,
+        Derived::TotalTokens,
+        Derived::CostUsd,
+    ];
 
     /// Its name in a query (and the column name of its result).
     pub fn name(self) -> &'static str {
         match self {
             Derived::Preview => "preview",
             Derived::LastActive => "last_active",
+            Derived::Listed => "listed",
+            Derived::DelegateFrom => "delegate_from",
+            Derived::ChainLastActive => "chain_last_active",
+            Derived::ChainIds => "chain_ids",
+            Derived::ChainTitles => "chain_titles",
+            Derived::ChainTitlesCompact => "chain_titles_compact",
+            Derived::TotalTokens => "total_tokens",
+            Derived::CostUsd => "cost_usd",
         }
     }
 
     /// The relation whose rows it is computed for.
     pub fn relation(self) -> Relation {
-        match self {
-            Derived::Preview | Derived::LastActive => Relation::Sessions,
-        }
+        Relation::Sessions
     }
 }
 

@@ -156,7 +156,7 @@ mod tests {
         let db = open(&dir);
         create(&db, "s");
         assert!(matches!(append_now(&db, "s"), Ok(WriteOut::Ids(ids)) if ids.len() == 1));
-        assert_eq!(db.message_count("s").unwrap(), Some(1));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(1));
     }
 
     #[test]
@@ -179,7 +179,11 @@ mod tests {
             .unwrap();
         assert!(fastest < Duration::from_millis(50), "it waited {fastest:?}");
         other.execute_batch("ROLLBACK").unwrap();
-        assert_eq!(db.message_count("s").unwrap(), Some(0), "nothing written");
+        assert_eq!(
+            db.live_message_count("s").unwrap(),
+            Some(0),
+            "nothing written"
+        );
         assert!(append_now(&db, "s").is_ok(), "free again: it writes");
     }
 
@@ -218,7 +222,11 @@ mod tests {
         ));
         release.wait();
         leader.join().unwrap().unwrap();
-        assert_eq!(db.message_count("s").unwrap(), Some(0), "nothing written");
+        assert_eq!(
+            db.live_message_count("s").unwrap(),
+            Some(0),
+            "nothing written"
+        );
     }
 
     #[test]
@@ -236,8 +244,8 @@ mod tests {
         assert!(matches!(results[0], Ok(WriteOut::Ids(ref ids)) if ids.len() == 1));
         assert!(matches!(results[1], Err(Error::SessionNotFound { .. })));
         assert!(matches!(results[2], Ok(WriteOut::Ids(ref ids)) if ids.len() == 1));
-        assert_eq!(db.message_count("a").unwrap(), Some(1));
-        assert_eq!(db.message_count("b").unwrap(), Some(1));
+        assert_eq!(db.live_message_count("a").unwrap(), Some(1));
+        assert_eq!(db.live_message_count("b").unwrap(), Some(1));
         index_now(&db);
         assert_eq!(indexed_rows(&db), 2);
         assert_eq!((db.own_appends("a"), db.own_appends("missing")), (1, 0));
@@ -269,7 +277,7 @@ mod tests {
         };
         assert!(matches!(db.write(op()).unwrap(), WriteOut::Ids(ids) if ids.len() == 1));
         assert_eq!(db.write(op()).unwrap(), WriteOut::Ids(vec![]));
-        assert_eq!(db.message_count("s").unwrap(), Some(1));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(1));
     }
 
     #[test]
@@ -287,6 +295,6 @@ mod tests {
         assert!(append(&a, "missing", 1).is_err());
         assert_eq!((a.own_appends("s"), b.own_appends("s")), (2, 1));
         assert_eq!(a.own_appends("missing"), 0);
-        assert_eq!(a.message_count("s").unwrap(), Some(3));
+        assert_eq!(a.live_message_count("s").unwrap(), Some(3));
     }
 }

@@ -42,6 +42,7 @@ use super::{
 use crate::error::{Error, Result};
 use crate::model::Table;
 use connection::Writer;
+use error::At as _;
 use indexer::Indexer;
 use open::FileId;
 
@@ -147,7 +148,7 @@ impl Backend for SqliteBackend {
         self.session_row(id)
     }
 
-    fn message_count(&self, id: &str) -> Result<Option<i64>> {
+    fn live_message_count(&self, id: &str) -> Result<Option<i64>> {
         self.live_message_count(id)
     }
 
@@ -185,6 +186,18 @@ impl Backend for SqliteBackend {
 
     fn has_platform_message_id(&self, session_id: &str, platform_message_id: &str) -> Result<bool> {
         self.has_platform_message(session_id, platform_message_id)
+    }
+
+    fn vacuum(&self) -> Result<()> {
+        self.ensure_open()?;
+        let writer = lock(&self.writer);
+        let w = writer.as_ref().ok_or_else(|| self.closed_error())?;
+        w.conn
+            // VACUUM writes the new file through the WAL: the second checkpoint moves it in.
+            .execute_batch(
+                "PRAGMA wal_checkpoint(TRUNCATE); VACUUM; PRAGMA wal_checkpoint(TRUNCATE)",
+            )
+            .at(&self.at)
     }
 
     fn close(&self) {

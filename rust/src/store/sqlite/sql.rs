@@ -282,7 +282,86 @@ impl<'v> Sql<'v> {
                 self.column(alias, "started_at");
                 self.push(")");
             }
+            Term::Derived(Derived::Listed) => {
+                let t = format!("t{alias}");
+                self.push("CASE WHEN (");
+                self.push(&t);
+                self.push(".\"parent_session_id\" IS NULL OR ");
+                self.marker(&t, "_branched_from");
+                self.push(" IS NOT NULL OR EXISTS (SELECT 1 FROM sessions p WHERE p.id = ");
+                self.push(&t);
+                self.push(".\"parent_session_id\" AND p.end_reason = 'branched' AND ");
+                self.push(&t);
+                self.push(".\"started_at\" >= p.ended_at)) AND ");
+                self.marker(&t, "_delegate_from");
+                self.push(" IS NULL THEN 1 ELSE 0 END");
+            }
+            Term::Derived(Derived::DelegateFrom) => {
+                self.marker(&format!("t{alias}"), "_delegate_from");
+            }
+            Term::Derived(Derived::ChainLastActive) => self.chain(
+                alias,
+                "MAX(COALESCE((SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = c.id), \
+                 c.started_at))",
+            ),
+            Term::Derived(Derived::ChainIds) => {
+                self.chain(alias, "LOWER(group_concat(c.id, char(31)))")
+            }
+            Term::Derived(Derived::ChainTitles) => self.chain(
+                alias,
+                "LOWER(group_concat(COALESCE(c.title, ''), char(31)))",
+            ),
+            Term::Derived(Derived::ChainTitlesCompact) => self.chain(
+                alias,
+                "REPLACE(REPLACE(REPLACE(REPLACE(LOWER(group_concat(COALESCE(c.title, ''), \
+                 char(31))), '-', ''), '_', ''), '.', ''), ' ', '')",
+            ),
+            Term::Derived(Derived::TotalTokens) => {
+                self.push("(COALESCE(");
+                self.column(alias, "input_tokens");
+                self.push(", 0) + COALESCE(");
+                self.column(alias, "output_tokens");
+                self.push(", 0))");
+            }
+            Term::Derived(Derived::CostUsd) => {
+                self.push("COALESCE(");
+                self.column(alias, "actual_cost_usd");
+                self.push(", ");
+                self.column(alias, "estimated_cost_usd");
+                self.push(", 0)");
+            }
         }
+    }
+
+    /// A string key of `table`'s `model_config`, NULL when the column is not JSON.
+    fn marker(&mut self, table: &str, key: &str) {
+        self.push("CASE WHEN json_valid(");
+        self.push(table);
+        self.push(".\"model_config\") THEN json_extract(");
+        self.push(table);
+        self.push(".\"model_config\", '$.");
+        self.push(key);
+        self.push("') END");
+    }
+
+    /// `aggregate` over the sessions (as `c`) of the compression chain that
+    /// starts at the row: it and, recursively, each child of a session that
+    /// ended `compression` that is no branch, delegate run or tool session.
+    /// `UNION` ends a chain that loops.
+    fn chain(&mut self, alias: usize, aggregate: &str) {
+        self.push("(WITH RECURSIVE ch(id) AS (SELECT ");
+        self.column(alias, "id");
+        self.push(
+            " UNION SELECT k.id FROM ch JOIN sessions p ON p.id = ch.id \
+             JOIN sessions k ON k.parent_session_id = ch.id \
+             WHERE p.end_reason = 'compression' AND ",
+        );
+        self.marker("k", "_branched_from");
+        self.push(" IS NULL AND ");
+        self.marker("k", "_delegate_from");
+        self.push(" IS NULL AND COALESCE(k.source, '') != 'tool') SELECT ");
+        self.push(aggregate);
+        self.push(" FROM ch JOIN sessions c ON c.id = ch.id)");
     }
 
     fn filter(&mut self, alias: usize, filter: &'v Filter) {

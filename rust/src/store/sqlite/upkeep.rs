@@ -236,7 +236,7 @@ mod tests {
         wait_until(|| pending_rows(&db) == 0);
         assert!(!db.foreign_commit_since_last_look().unwrap());
         assert_eq!(db.own_appends("s"), 20);
-        assert_eq!(db.message_count("s").unwrap(), Some(20));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(20));
     }
 
     #[test]

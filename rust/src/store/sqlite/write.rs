@@ -282,7 +282,7 @@ mod tests {
         create(&db, "s");
         append(&db, "s", 3).unwrap();
         append(&db, "s", 2).unwrap();
-        assert_eq!(db.message_count("s").unwrap(), Some(5));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(5));
         assert_eq!(db.messages("s", false).unwrap().rows().count(), 5);
     }
 
@@ -424,15 +424,15 @@ mod tests {
             db.write(WriteOp::Update(rewind)).unwrap(),
             WriteOut::Rows(2)
         );
-        assert_eq!(db.message_count("a").unwrap(), Some(2));
+        assert_eq!(db.live_message_count("a").unwrap(), Some(2));
         assert_eq!(db.messages("a", false).unwrap().row_count(), 2);
-        assert_eq!(db.message_count("b").unwrap(), Some(2));
+        assert_eq!(db.live_message_count("b").unwrap(), Some(2));
         let gone = Delete {
             relation: Relation::Messages,
             filter: Filter::eq("session_id", "b"),
         };
         assert_eq!(db.write(WriteOp::Delete(gone)).unwrap(), WriteOut::Rows(2));
-        assert_eq!(db.message_count("b").unwrap(), Some(0));
+        assert_eq!(db.live_message_count("b").unwrap(), Some(0));
     }
 
     #[test]

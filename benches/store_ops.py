@@ -1,0 +1,306 @@
+"""The session store's listing, export and deletion (issue [H]): ours vs hermes-agent 0.19.0,
+side by side on the same files.
+
+    python benches/store_ops.py [--quick] [--publish | --out PATH]
+
+Every file is created by hermes-agent (so it carries its own schema: both search indexes and
+their triggers) and filled by OUR bulk writer (``create_session`` + ``append_messages``; the
+rows are the same either way, and its own writer would take minutes), then both systems open
+the same bytes:
+
+1. **list**: ``list_sessions_rich(limit=50)``, by start time and with
+   ``order_by_last_active=True``, at 1, 10,000 and 100,000 sessions of 2 messages.
+2. **export**: ``export_session`` of one 10,000-message session (in a file of 100 more).
+3. **delete**: ``delete_session`` of that session, on a fresh copy of the file each time.
+4. **prune**: ``prune_sessions(older_than_days=90)`` deleting 10,000 ended sessions of 5
+   messages (1,000 recent ones stay), on a fresh copy each time.
+
+Each system runs in its own process (``benchlib.protocol``), timing with
+``perf_counter_ns`` around the one call; copying a file is not timed. Writes
+``store_ops.json`` (``store_ops-quick.json``) into ``target/bench/results/``, or
+``benches/results/`` with ``--publish``, and prints the Markdown section BENCHMARKS.md shows.
+``--quick``: 1k-message session, 1k pruned, up to 10k listed sessions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib and the workload
+
+import workload  # noqa: E402
+from benchlib import paths, protocol, stats  # noqa: E402
+from benchlib.machine import code_identity, loadavg, machine  # noqa: E402
+from benchlib.render import ms, ratio, table  # noqa: E402
+
+ns = time.perf_counter_ns
+RESULTS = paths.PUBLISHED_RESULTS / "store_ops.json"
+BIG = "big-session"
+DAY = 86400.0
+
+
+def plan(quick: bool) -> dict[str, Any]:
+    if quick:
+        return {"listed": [1, 1000, 10_000], "big": 1000, "pruned": 1000, "kept": 100,
+                "lists": 20, "exports": 5, "copies": 2, "budget_s": 3}
+    return {"listed": [1, 10_000, 100_000], "big": 10_000, "pruned": 10_000, "kept": 1000,
+            "lists": 30, "exports": 10, "copies": 3, "budget_s": 6}
+
+
+# -- worker side: runs in the measured system's own interpreter ---------------
+
+
+class Server:
+    """One system's side of ``benchlib.protocol``."""
+
+    def __init__(self, system: str, home: str) -> None:
+        os.environ["HERMES_HOME"] = home
+        self.system = system
+
+    def open(self, path: str) -> Any:
+        if self.system == "hermes":
+            from hermes.state import SessionDB
+
+            return SessionDB(path)
+        import hermes_state
+
+        return hermes_state.SessionDB(Path(path))
+
+    # hermes-agent only: a file with its own schema
+    def create(self, path: str) -> dict[str, Any]:
+        self.open(path).close()
+        return {}
+
+    # ours only: the bulk writer
+    def fill(self, path: str, first: int, count: int, per_session: int, started_at: float,
+             ended: bool, prefix: str, session_id: str = "") -> dict[str, Any]:
+        """Adds ``count`` sessions of ``per_session`` messages (``session_id`` names a single one)."""
+        from hermes.state import SessionDB
+
+        t0 = ns()
+        with SessionDB(path, synchronous="NORMAL", busy_budget=120.0) as db:
+            for n in range(first, first + count):
+                sid = session_id or f"{prefix}-{n:06d}"
+                db.create_session(sid, "cli", started_at=started_at + n * 0.001)
+                db.append_messages(sid, workload.messages(n * per_session, (n + 1) * per_session))
+                if ended:
+                    db.end_session(sid, "done")
+        return {"seconds": (ns() - t0) / 1e9}
+
+    # both systems
+    def repeat(self, path: str, what: str, n: int, budget_s: float) -> dict[str, Any]:
+        """Times ``what`` up to ``n`` times on one open store (after an untimed warm-up)."""
+        db = self.open(path)
+        calls: dict[str, Callable[[], int]] = {
+            "list": lambda: len(db.list_sessions_rich(limit=50)),
+            "list_active": lambda: len(db.list_sessions_rich(limit=50, order_by_last_active=True)),
+            "export": lambda: len(db.export_session(BIG)["messages"]),
+        }
+        call = calls[what]
+        try:
+            value = call()
+            gc.collect()
+            samples: list[int] = []
+            start = time.monotonic()
+            for i in range(n):
+                t0 = ns()
+                value = call()
+                samples.append(ns() - t0)
+                if i >= 2 and time.monotonic() - start > budget_s:
+                    break
+        finally:
+            db.close()
+        return {"ns": samples, "value": value}
+
+    def once(self, path: str, what: str) -> dict[str, Any]:
+        """Times one destructive ``what`` on a fresh copy of a file."""
+        db = self.open(path)
+        try:
+            gc.collect()
+            t0 = ns()
+            value = db.delete_session(BIG) if what == "delete" else db.prune_sessions(older_than_days=90)
+            spent = ns() - t0
+        finally:
+            db.close()
+        return {"ns": [spent], "value": int(value)}
+
+
+# -- orchestrator side --------------------------------------------------------
+
+
+def serving(python: str, system: str, home: Path) -> protocol.Worker:
+    return protocol.Worker(python, Path(__file__).resolve(), "--serve", system, str(home), name=system)
+
+
+def log(msg: str, started: float) -> None:
+    print(f"store_ops [{time.monotonic() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def copy_db(src: Path, dst: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        if Path(str(src) + suffix).exists():
+            shutil.copyfile(str(src) + suffix, str(dst) + suffix)
+
+
+def both(workers: dict[str, protocol.Worker], request: str, **kwargs: Any) -> dict[str, Any]:
+    return {name: w.call(request, **kwargs) for name, w in workers.items()}
+
+
+def summarize(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {name: {**stats.summary(r["ns"]), "value": r["value"]} for name, r in runs.items()}
+
+
+def destructive(workers: dict[str, protocol.Worker], src: Path, scratch: Path, op: str,
+                copies: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, worker in workers.items():
+        samples: list[int] = []
+        value = None
+        for i in range(copies):
+            copy = scratch / f"{op}-{name}-{i}.db"
+            copy_db(src, copy)
+            got = worker.call("once", path=str(copy), what=op)
+            samples += got["ns"]
+            value = got["value"]
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(copy) + suffix).unlink(missing_ok=True)
+        out[name] = {**stats.summary(samples), "value": value}
+    return out
+
+
+def run(cfg: dict[str, Any], ours: protocol.Worker, peer: protocol.Worker | None, scratch: Path,
+        started: float) -> dict[str, Any]:
+    workers = {"hermes": ours, **({"upstream": peer} if peer else {})}
+    creator = peer or ours
+    doc: dict[str, Any] = {"list": {}}
+
+    listing = scratch / "listing.db"
+    creator.call("create", path=str(listing))
+    have = 0
+    for want in cfg["listed"]:
+        ours.call("fill", path=str(listing), first=have, count=want - have, per_session=2,
+                  started_at=1.7e9, ended=False, prefix="list")
+        have = want
+        log(f"list at {want} sessions", started)
+        doc["list"][str(want)] = {
+            op: summarize(both(workers, "repeat", path=str(listing), what=op, n=cfg["lists"],
+                               budget_s=cfg["budget_s"]))
+            for op in ("list", "list_active")
+        }
+
+    big = scratch / "big.db"
+    creator.call("create", path=str(big))
+    ours.call("fill", path=str(big), first=0, count=100, per_session=5, started_at=1.7e9,
+              ended=True, prefix="other")
+    ours.call("fill", path=str(big), first=0, count=1, per_session=cfg["big"], started_at=1.7e9,
+              ended=True, prefix="", session_id=BIG)
+    log("export", started)
+    doc["export"] = summarize(both(workers, "repeat", path=str(big), what="export", n=cfg["exports"],
+                                   budget_s=cfg["budget_s"]))
+    log("delete", started)
+    doc["delete"] = destructive(workers, big, scratch, "delete", cfg["copies"])
+
+    prune = scratch / "prune.db"
+    creator.call("create", path=str(prune))
+    now = time.time()
+    ours.call("fill", path=str(prune), first=0, count=cfg["pruned"], per_session=5,
+              started_at=now - 200 * DAY, ended=True, prefix="old")
+    ours.call("fill", path=str(prune), first=0, count=cfg["kept"], per_session=5,
+              started_at=now - DAY, ended=True, prefix="new")
+    log("prune", started)
+    doc["prune"] = destructive(workers, prune, scratch, "prune", cfg["copies"])
+    return doc
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="smaller files (about a minute)")
+    protocol.add_peers_argument(ap)
+    paths.add_output_arguments(ap, "benches/results/store_ops[-quick].json")
+    ap.add_argument("--serve", nargs=2, metavar=("SYSTEM", "HOME"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.serve:
+        protocol.serve(Server(*args.serve), args.serve[0])
+        return 0
+    started = time.monotonic()
+    cfg = plan(args.quick)
+    peers = protocol.peers_python(args.peers_python)
+    scratch = Path(tempfile.mkdtemp(prefix="hermes-store-ops-"))
+    doc: dict[str, Any] = {
+        "bench": "store_ops",
+        "kind": "quick" if args.quick else "full",
+        "command": " ".join(["python", "benches/store_ops.py", *sys.argv[1:]]),
+        "utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": machine(scratch),
+        "code": code_identity(sys.executable),
+        "loadavg_start": loadavg(),
+        "plan": cfg,
+    }
+    procs: list[protocol.Worker] = []
+    try:
+        ours = serving(sys.executable, "hermes", scratch / "home-hermes")
+        procs.append(ours)
+        peer = serving(peers, "upstream", scratch / "home-upstream") if peers else None
+        if peer:
+            procs.append(peer)
+        doc["workers"] = {p.name: p.info for p in procs}
+        doc.update(run(cfg, ours, peer, scratch, started))
+    finally:
+        for p in procs:
+            p.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    doc["loadavg_end"] = loadavg()
+    doc["wall_s"] = round(time.monotonic() - started, 1)
+    quick = "-quick" if args.quick else ""
+    out = (args.out or paths.results_dir(args.publish) / f"{RESULTS.stem}{quick}.json").resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc["results_file"] = paths.shown(out)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(render(doc))
+    print(f"\nstore_ops: wrote {out} ({doc['wall_s']} s)", file=sys.stderr)
+    return 0
+
+
+# -- rendering (stdlib only) ---------------------------------------------------
+
+
+def render(doc: dict[str, Any]) -> str:
+    cfg = doc["plan"]
+    rows: list[list[str]] = []
+
+    def row(what: str, got: dict[str, Any]) -> None:
+        ours, theirs = got.get("hermes", {}), got.get("upstream", {})
+        a, b = ours.get("p50_ms"), theirs.get("p50_ms")
+        rows.append([what, ms(a), ms(b), ratio(b, a), f"{ours.get('value')} / {theirs.get('value')}"])
+
+    for n, ops in doc["list"].items():
+        row(f"`list_sessions_rich(limit=50)`, {int(n):,} sessions", ops["list"])
+        row(f"… `order_by_last_active=True`, {int(n):,} sessions", ops["list_active"])
+    row(f"`export_session`, {cfg['big']:,} messages", doc["export"])
+    row(f"`delete_session`, {cfg['big']:,} messages", doc["delete"])
+    row(f"`prune_sessions`, {cfg['pruned']:,} of {cfg['pruned'] + cfg['kept']:,} sessions", doc["prune"])
+    lines = [
+        f"Run {doc['utc']} ({doc['kind']}, `{doc['command']}`, {doc['wall_s']} s, load "
+        f"{doc['loadavg_start']} → {doc['loadavg_end']}). p50 of each call; delete and prune on a "
+        f"fresh copy of the file each time ({cfg['copies']} copies). Last column: rows each returned "
+        "(listed, exported messages, deleted: they must agree).",
+        "",
+        *table(["operation", "hermes", "hermes-agent", "ahead ×", "rows (ours / theirs)"], rows,
+               right=(1, 2, 3)),
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
