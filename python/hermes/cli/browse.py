@@ -45,7 +45,8 @@ def browse_sessions(args: argparse.Namespace) -> int:
         raise CommandError("browse is interactive and needs a terminal; use `hermes sessions "
                            "list` (--json for scripts) and `hermes chat --resume ID`")
     with open_db(args) as db:
-        sessions = db.list_sessions(source=args.source, limit=args.limit)
+        sessions = db.list_sessions_rich(source=args.source, limit=args.limit,
+                                         compact_rows=True)
     if not sessions:
         print_text(f"no {args.source} sessions to browse")
         return 0

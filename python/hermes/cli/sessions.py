@@ -15,7 +15,7 @@ from typing import IO
 
 from rich.text import Text
 
-from hermes.cli import browse, transcripts
+from hermes.cli import browse, pruning, store_upkeep, transcripts
 from hermes.cli.arguments import Commands, add_db_flag, add_json_flag, count
 from hermes.cli.configuration import open_db
 from hermes.cli.output import (
@@ -81,12 +81,16 @@ def add_commands(commands: Commands) -> None:
     add_db_flag(recover)
     recover.set_defaults(handler=recover_spools)
 
+    pruning.add_commands(session_commands)
+    store_upkeep.add_commands(session_commands)
     browse.add_commands(session_commands)
 
 
 def list_sessions(args: argparse.Namespace) -> int:
     with open_db(args) as db, progress("reading sessions"):
-        rows = db.list_sessions(source=args.source, limit=args.limit)
+        # As hermes-agent lists them: archived sessions, sub-agent runs and compression
+        # continuations hidden (a compressed conversation is one row).
+        rows = db.list_sessions_rich(source=args.source, limit=args.limit, compact_rows=True)
     if args.json:
         print_json(rows)
         return 0
