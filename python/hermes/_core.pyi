@@ -55,7 +55,13 @@ class ConfigError(HermesError): ...
 
 #: The relations the typed operations name.
 _Relation: TypeAlias = Literal[
-    "sessions", "messages", "gateway_routing", "state_meta", "hermes_responses"
+    "sessions",
+    "messages",
+    "gateway_routing",
+    "state_meta",
+    "compression_locks",
+    "session_model_usage",
+    "hermes_responses",
 ]
 #: A value a filter compares with.
 _Scalar: TypeAlias = str | int | float | bytes | None
@@ -118,7 +124,8 @@ class Insert:
 
 @final
 class Update:
-    """Sets (``set``) and increments (``add``) columns of the rows ``where`` matches."""
+    """Sets (``set``), increments (``add``) and fills the NULL ones of (``fill_nulls``)
+    columns of the rows ``where`` matches."""
 
     def __new__(
         cls,
@@ -126,7 +133,8 @@ class Update:
         where: _Filter,
         set: Mapping[str, Any] | None = None,
         *,
-        add: Mapping[str, int] | None = None,
+        add: Mapping[str, int | float] | None = None,
+        fill_nulls: Mapping[str, Any] | None = None,
         must_match: bool = False,
     ) -> Update: ...
 

@@ -2,7 +2,8 @@
 
 They are defined by the Rust core (so storage failures map to them in one
 place, ``rust/src/exceptions.rs``) and re-exported here as the public names, all but
-``InvalidSettingError`` and ``InvalidImportError``, which only Python raises::
+the ones only Python raises (``InvalidSettingError``, ``InvalidImportError``, the title
+errors)::
 
     HermesError
     ├── StateDbError                 the session database failed an operation
@@ -16,6 +17,8 @@ place, ``rust/src/exceptions.rs``) and re-exported here as the public names, all
     ├── MessageEncodeError           a message could not become a row
     ├── SessionNotFoundError         unknown session id
     ├── InvalidImportError           an import_sessions batch refused whole (also a ValueError)
+    ├── InvalidTitleError            a session title too long to keep (also a ValueError)
+    │   └── TitleInUseError          another session has that title
     └── ConfigError                  bad config.yaml / environment / flags
         └── InvalidSettingError      a setting's value fails its section's own check
 
@@ -46,11 +49,13 @@ __all__ = [
     "DiskFullError",
     "HermesError",
     "InvalidImportError",
+    "InvalidTitleError",
     "MessageEncodeError",
     "NotADatabaseError",
     "ReadOnlyDatabaseError",
     "SessionNotFoundError",
     "StateDbError",
+    "TitleInUseError",
     "WriterBusyError",
 ]
 
@@ -68,3 +73,20 @@ class InvalidSettingError(ConfigError):
 class InvalidImportError(HermesError, ValueError):
     """An ``import_sessions`` batch that is refused whole before anything is written (not a
     list, too many sessions). A ``ValueError`` too, as hermes-agent raises."""
+
+
+class InvalidTitleError(HermesError, ValueError):
+    """A session title that cannot be kept (too long once cleaned). A ``ValueError`` too, as
+    hermes-agent raises one."""
+
+
+class TitleInUseError(InvalidTitleError):
+    """Another session already has the title: titles are unique (``holder`` has it)."""
+
+    def __init__(self, title: str, session_id: str, holder: str) -> None:
+        super().__init__(
+            f"Title {title!r} is already in use by session {holder}; choose another title "
+            f"for session {session_id} (or rename {holder} first)"
+        )
+        self.title = title
+        self.holder = holder

@@ -240,8 +240,9 @@ impl Insert {
     }
 }
 
-/// Sets columns (`set`) and adds to integer columns (`add`) of the rows
-/// `where` matches; with `must_match`, matching none fails the write.
+/// Sets columns (`set`), adds to numeric columns (`add`) and fills the NULL
+/// ones of `fill_nulls` of the rows `where` matches; with `must_match`,
+/// matching none fails the write.
 #[pyclass(frozen, module = "hermes._core")]
 pub struct Update {
     op: WriteOp,
@@ -250,12 +251,15 @@ pub struct Update {
 #[pymethods]
 impl Update {
     #[new]
-    #[pyo3(signature = (relation, r#where, set = None, *, add = None, must_match = false))]
+    #[pyo3(signature = (
+        relation, r#where, set = None, *, add = None, fill_nulls = None, must_match = false
+    ))]
     fn new(
         relation: &str,
         r#where: &Bound<'_, PyAny>,
         set: Option<&Bound<'_, PyAny>>,
         add: Option<&Bound<'_, PyAny>>,
+        fill_nulls: Option<&Bound<'_, PyAny>>,
         must_match: bool,
     ) -> PyResult<Self> {
         let relation = self::relation(relation)?;
@@ -267,9 +271,18 @@ impl Update {
             None => Vec::new(),
         };
         if let Some(add) = add {
-            for item in add.call_method0("items")?.try_iter()? {
-                let (column, n): (String, i64) = item?.extract()?;
+            for (column, n) in column_values(add)? {
+                if !matches!(n, Value::Integer(_) | Value::Real(_)) {
+                    return Err(PyTypeError::new_err(format!(
+                        "Update add={{{column:?}: ...}} takes an int or a float to add, not {n:?}"
+                    )));
+                }
                 assigns.push((column, Assign::Add(n)));
+            }
+        }
+        if let Some(fill) = fill_nulls {
+            for (column, value) in column_values(fill)? {
+                assigns.push((column, Assign::FillNull(value)));
             }
         }
         Ok(Update {

@@ -260,7 +260,7 @@ fn updates_set_add_and_require_and_check_their_columns() {
             Filter::eq("id", "s"),
             vec![
                 ("title", Assign::Value(text("Plan"))),
-                ("rewind_count", Assign::Add(2)),
+                ("rewind_count", Assign::Add(Value::Integer(2))),
             ],
         );
         assert_eq!(db.write(title).unwrap(), WriteOut::Rows(1));
@@ -291,6 +291,100 @@ fn updates_set_add_and_require_and_check_their_columns() {
             vec![("title", Assign::Value(text("x")))],
         );
         assert!(matches!(db.write(bad_filter), Err(Error::Config(_))));
+    });
+}
+
+#[test]
+fn updates_add_reals_and_fill_only_null_columns() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "cli", 1.0);
+        for _ in 0..2 {
+            let usage = set(
+                Relation::Sessions,
+                Filter::eq("id", "s"),
+                vec![
+                    ("estimated_cost_usd", Assign::Add(Value::Real(0.25))),
+                    ("model", Assign::FillNull(text("first"))),
+                ],
+            );
+            db.write(usage).unwrap();
+        }
+        assert_eq!(
+            session_value(&*db, "s", "estimated_cost_usd"),
+            Value::Real(0.5)
+        );
+        let second = set(
+            Relation::Sessions,
+            Filter::eq("id", "s"),
+            vec![("model", Assign::FillNull(text("second")))],
+        );
+        db.write(second).unwrap();
+        assert_eq!(session_value(&*db, "s", "model"), text("first"));
+    });
+}
+
+#[test]
+fn compression_locks_and_model_usage_rows_are_keyed_by_their_tables_keys() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "cli", 1.0);
+        let lock = |holder: &str| {
+            WriteOp::Insert(Insert {
+                relation: Relation::CompressionLocks,
+                values: vec![
+                    ("session_id".into(), text("s")),
+                    ("holder".into(), text(holder)),
+                    ("acquired_at".into(), Value::Real(1.0)),
+                    ("expires_at".into(), Value::Real(2.0)),
+                ],
+                on_conflict: OnConflict::Ignore,
+            })
+        };
+        assert_eq!(db.write(lock("a")).unwrap(), WriteOut::Rows(1));
+        assert_eq!(db.write(lock("b")).unwrap(), WriteOut::Rows(0));
+        let usage = |model: &str| {
+            WriteOp::Transaction(vec![
+                WriteOp::Insert(Insert {
+                    relation: Relation::SessionModelUsage,
+                    values: vec![
+                        ("session_id".into(), text("s")),
+                        ("model".into(), text(model)),
+                    ],
+                    on_conflict: OnConflict::Ignore,
+                }),
+                set(
+                    Relation::SessionModelUsage,
+                    Filter::And(vec![
+                        Filter::eq("session_id", "s"),
+                        Filter::eq("model", model),
+                    ]),
+                    vec![("input_tokens", Assign::Add(Value::Integer(10)))],
+                ),
+            ])
+        };
+        for model in ["m1", "m1", "m2"] {
+            db.write(usage(model)).unwrap();
+        }
+        let query = Query {
+            select: vec![Term::Column("input_tokens".into())],
+            filter: Filter::eq("session_id", "s"),
+            order: vec![Order {
+                term: Term::Column("model".into()),
+                descending: false,
+            }],
+            ..Query::all(Relation::SessionModelUsage)
+        };
+        let table = db.query(&query).unwrap();
+        assert_eq!(
+            column(&table, "input_tokens"),
+            [Value::Integer(20), Value::Integer(10)]
+        );
+        let holders = Query {
+            select: vec![Term::Column("holder".into())],
+            ..Query::all(Relation::CompressionLocks)
+        };
+        assert_eq!(column(&db.query(&holders).unwrap(), "holder"), [text("a")]);
     });
 }
 

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
-from hermes._core import Store
+from hermes._core import SessionNotFoundError, Store, Update
 from hermes.paths import state_db_path
+
+if TYPE_CHECKING:
+    from hermes._core import _Filter as Filter
 
 Synchronous = Literal["FULL", "NORMAL"]
 
@@ -52,6 +55,22 @@ class StoreFace:
     def close(self) -> None:
         """Closes the file; later calls raise DatabaseClosedError."""
         self._store.close()
+
+    def _update_session_row(
+        self, session_id: str, columns: Mapping[str, Any], *, also: Filter | None = None
+    ) -> int:
+        """Sets columns of the session row (where the filter ``also`` holds too); raises
+        SessionNotFoundError if there is no such session. Returns the rows changed."""
+        where: Filter = ("=", "id", session_id)
+        if also is not None:
+            where = all_of(where, also)
+        [changed] = self._store.write([Update("sessions", where, dict(columns))])
+        if changed == 0 and self._store.count("sessions", ("=", "id", session_id)) == 0:
+            raise SessionNotFoundError(
+                f"session {session_id!r}: not found in {self.db_path}. "
+                "Create it first with create_session()."
+            )
+        return changed
 
 
 class AsyncFace:
@@ -102,6 +121,19 @@ class offloaded(Generic[_P, _R]):
             return await asyncio.to_thread(method, *args, **kwargs)
 
         return run_in_thread
+
+
+def all_of(*filters: Filter) -> Filter:
+    """The store's filter matching the rows every one of ``filters`` matches.
+
+    (A function rather than an ``("and", [...])`` literal, so mypy checks each filter.)
+    """
+    return ("and", filters)
+
+
+def any_of(*filters: Filter) -> Filter:
+    """The store's filter matching the rows any one of ``filters`` matches."""
+    return ("or", filters)
 
 
 def epoch(value: float | datetime) -> float:

@@ -14,17 +14,21 @@ pub enum Relation {
     Messages,
     GatewayRouting,
     StateMeta,
+    CompressionLocks,
+    SessionModelUsage,
     /// Ours: the api_server's stored `/v1/responses` answers (hermes-agent keeps
     /// them in a file of their own; it never reads or writes this table).
     Responses,
 }
 
 impl Relation {
-    pub const ALL: [Relation; 5] = [
+    pub const ALL: [Relation; 7] = [
         Relation::Sessions,
         Relation::Messages,
         Relation::GatewayRouting,
         Relation::StateMeta,
+        Relation::CompressionLocks,
+        Relation::SessionModelUsage,
         Relation::Responses,
     ];
 
@@ -35,6 +39,8 @@ impl Relation {
             Relation::Messages => "messages",
             Relation::GatewayRouting => "gateway_routing",
             Relation::StateMeta => "state_meta",
+            Relation::CompressionLocks => "compression_locks",
+            Relation::SessionModelUsage => "session_model_usage",
             Relation::Responses => "hermes_responses",
         }
     }
@@ -59,6 +65,15 @@ impl Relation {
             Relation::Sessions | Relation::Messages | Relation::Responses => &["id"],
             Relation::GatewayRouting => &["scope", "session_key"],
             Relation::StateMeta => &["key"],
+            Relation::CompressionLocks => &["session_id"],
+            Relation::SessionModelUsage => &[
+                "session_id",
+                "model",
+                "billing_provider",
+                "billing_base_url",
+                "billing_mode",
+                "task",
+            ],
         }
     }
 
@@ -69,7 +84,11 @@ impl Relation {
         match self {
             Relation::Sessions => &["message_count", "tool_call_count"],
             Relation::Messages => &["session_id"],
-            Relation::GatewayRouting | Relation::StateMeta | Relation::Responses => &[],
+            Relation::GatewayRouting
+            | Relation::StateMeta
+            | Relation::CompressionLocks
+            | Relation::SessionModelUsage
+            | Relation::Responses => &[],
         }
     }
 

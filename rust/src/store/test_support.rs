@@ -19,6 +19,8 @@ pub fn columns() -> Columns {
             Relation::Messages => vec!["id", "session_id", "content", "active"],
             Relation::GatewayRouting => vec!["scope", "session_key", "entry_json"],
             Relation::StateMeta => vec!["key", "value"],
+            Relation::CompressionLocks => vec!["session_id", "holder", "expires_at"],
+            Relation::SessionModelUsage => vec!["session_id", "model", "input_tokens"],
             Relation::Responses => vec!["id", "caller", "response_json"],
         }
         .into_iter()

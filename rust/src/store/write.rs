@@ -67,8 +67,10 @@ pub struct Update {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Assign {
     Value(Value),
-    /// Its current value (NULL counts as 0) plus this.
-    Add(i64),
+    /// Its current value (NULL counts as 0) plus this number (an integer or a real).
+    Add(Value),
+    /// Its current value, or this one where it is NULL (the first writer wins).
+    FillNull(Value),
 }
 
 /// The error of an update that required a row and matched none.

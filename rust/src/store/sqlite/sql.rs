@@ -151,7 +151,14 @@ impl<'v> Sql<'v> {
                     sql.push(" = COALESCE(");
                     sql.ident(column);
                     sql.push(", 0) + ");
-                    sql.bind(ValueRef::Integer(*n));
+                    sql.bind(n.as_ref());
+                }
+                Assign::FillNull(value) => {
+                    sql.push(" = COALESCE(");
+                    sql.ident(column);
+                    sql.push(", ");
+                    sql.bind(value.as_ref());
+                    sql.push(")");
                 }
             }
         }
@@ -517,7 +524,7 @@ mod tests {
             filter: Filter::eq("id", "s"),
             set: vec![
                 ("title".into(), Assign::Value(Value::Null)),
-                ("odd\"name".into(), Assign::Add(2)),
+                ("odd\"name".into(), Assign::Add(Value::Integer(2))),
             ],
             must_match: Some(NoMatch::Rows),
         };

@@ -373,7 +373,7 @@ mod tests {
                 Relation::Sessions,
                 Filter::eq("id", id),
                 vec![
-                    ("rewind_count", Assign::Add(2)),
+                    ("rewind_count", Assign::Add(Value::Integer(2))),
                     ("title", Assign::Value("t".into())),
                 ],
             );
