@@ -1,4 +1,4 @@
-"""``hermes sessions delete | prune | archive | stats | optimize`` run as real
+"""``hermes sessions delete | prune | archive | rename | stats | optimize`` run as real
 processes on a real ``state.db``: what they change, what they refuse, their ``--json``
 parsed back, and their confirmation (a pty answers it; a pipe cannot)."""
 
@@ -210,6 +210,23 @@ def test_archive_hides_matching_sessions_and_deletes_nothing(hermes_home: Path,
 def test_archive_without_a_filter_is_refused(hermes_home: Path, store: Path) -> None:
     line = one_line_failure(hermes(hermes_home, "sessions", "archive", "--yes"), status=2)
     assert "at least one filter" in line
+
+
+# -- rename ------------------------------------------------------------------------------
+
+
+def test_rename_sets_the_title_and_refuses_one_in_use(hermes_home: Path, store: Path) -> None:
+    done = hermes(hermes_home, "sessions", "rename", "new", "Weekend", "ideas")
+    assert done.returncode == 0, done.stderr
+    assert "new is now titled 'Weekend ideas'" in done.stdout
+    shown = as_json(hermes(hermes_home, "sessions", "show", "Weekend ideas", "--json"))
+    assert shown["session"]["id"] == "new"
+
+    line = one_line_failure(hermes(hermes_home, "sessions", "rename", "mid", "Weekend ideas"))
+    assert "Weekend ideas" in line
+    with SessionDB(store) as db:
+        assert db.get_session("mid")["title"] == "Budget"  # type: ignore[index]
+    assert "'nope'" in one_line_failure(hermes(hermes_home, "sessions", "rename", "nope", "x"))
 
 
 # -- stats and optimize --------------------------------------------------------------------

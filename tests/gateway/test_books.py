@@ -1,5 +1,5 @@
-"""The gateway keeps the books of its sessions in state.db: the reason a session ended (a
-reset, an expiry), on a started runner with a real database."""
+"""The gateway keeps the books of its sessions in state.db: a title from the first exchange,
+the reason a session ended (a reset, an expiry), on a started runner with a real database."""
 
 from __future__ import annotations
 
@@ -13,7 +13,53 @@ from support.events import RunnerFactory, current_session_id, event, runner_db
 
 from hermes.config import load_config
 from hermes.errors import InvalidSettingError
+from hermes.gateway.auto_title import MAX_AUTO_TITLE, title_from
 from hermes.gateway.config import SessionResetPolicy
+from hermes.gateway.run import GatewayRunner
+
+
+async def _session(runner: GatewayRunner, chat_id: str = "42", *,
+                   until: str | None = None) -> dict[str, Any]:
+    """The chat's current session row; with ``until``, once that column is set (the title is
+    written in the background)."""
+    for _ in range(250):
+        row = runner_db(runner).get_session(current_session_id(runner, chat_id))
+        assert row is not None
+        if until is None or row.get(until) is not None:
+            return row
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{until} never set: {row}")
+
+
+@pytest.mark.asyncio
+async def test_the_first_exchange_titles_the_session(make_runner: RunnerFactory) -> None:
+    runner = await make_runner()
+    await runner._handle_message(event("Plan a weekend in Lisbon\nwith two kids, in May"))
+    assert (await _session(runner, until="title"))["title"] == "Plan a weekend in Lisbon"
+    await runner._handle_message(event("and where to eat?"))
+    await asyncio.sleep(0.2)
+    assert (await _session(runner))["title"] == "Plan a weekend in Lisbon"  # kept
+
+    # The same first words in another chat: numbered, not refused.
+    await runner._handle_message(event("Plan a weekend in Lisbon", chat_id="7"))
+    assert (await _session(runner, "7", until="title"))["title"] == (
+        "Plan a weekend in Lisbon #2")
+
+
+@pytest.mark.asyncio
+async def test_a_title_set_first_is_not_replaced(make_runner: RunnerFactory) -> None:
+    runner = await make_runner()
+    assert await runner._handle_message(event("/title Holidays")) == "Title set: Holidays"
+    await runner._handle_message(event("Plan a weekend in Lisbon"))
+    await asyncio.sleep(0.3)
+    assert (await _session(runner))["title"] == "Holidays"
+
+
+def test_titles_are_the_first_line_cut_at_a_word() -> None:
+    assert title_from("  \n  hello   there \nsecond line") == "hello there"
+    long = title_from("word " * 40)
+    assert len(long) <= MAX_AUTO_TITLE and long.endswith("word…")
+    assert title_from("   ") == ""
 
 
 @pytest.mark.asyncio

@@ -81,6 +81,12 @@ def add_commands(commands: Commands) -> None:
     add_db_flag(recover)
     recover.set_defaults(handler=recover_spools)
 
+    rename = session_commands.add_parser("rename", help="set or change a session's title")
+    rename.add_argument("id", help=_IDENT_HELP)
+    rename.add_argument("title", nargs="+", help="the new title (words are joined by spaces)")
+    add_db_flag(rename)
+    rename.set_defaults(handler=rename_session)
+
     pruning.add_commands(session_commands)
     store_upkeep.add_commands(session_commands)
     browse.add_commands(session_commands)
@@ -175,6 +181,18 @@ def _write(out: IO[str], lines: Iterator[str], total: int, *, show_progress: boo
         for line in lines:
             out.write(line)
             bar.advance()
+
+
+def rename_session(args: argparse.Namespace) -> int:
+    from hermes.session_lookup import find_session
+
+    title = " ".join(" ".join(args.title).split())
+    with open_db(args) as db:
+        session = find_session(db, args.id)
+        # A title another session has, or one too long, is a ValueError saying so.
+        db.set_session_title(session["id"], title)
+    print_text(f"session {session['id']} is now titled {title!r}")
+    return 0
 
 
 def recover_spools(args: argparse.Namespace) -> int:
