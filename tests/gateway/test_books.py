@@ -72,6 +72,13 @@ async def test_reset_ends_the_old_session_with_its_reason(make_runner: RunnerFac
     assert ended is not None and ended["end_reason"] == "session_reset"
     assert ended["ended_at"] is not None
 
+    # A session closed by accident meanwhile (which recovery would reopen) is reset too.
+    await runner._handle_message(event("two"))
+    closed = current_session_id(runner)
+    runner_db(runner).end_session(closed, "agent_close")
+    await runner._handle_message(event("/new"))
+    assert runner_db(runner).get_session(closed)["end_reason"] == "session_reset"  # type: ignore[index]
+
 
 @pytest.mark.asyncio
 async def test_an_idle_conversation_expires_into_a_new_session(

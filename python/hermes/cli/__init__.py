@@ -10,6 +10,10 @@
     hermes sessions export ID --format jsonl|md [-o FILE]
     hermes sessions recover
     hermes sessions browse [--source S] [--limit N]
+    hermes sessions rename ID TITLE...
+    hermes sessions delete ID [--yes] [--json]
+    hermes sessions prune|archive [FILTERS] [--dry-run] [--yes] [--json]
+    hermes sessions stats|optimize [--json]
 
 One module a command group (``gateway``, ``chat``, ``sessions``), each adding its parsers
 with ``add_commands``; ``output`` prints (tables, JSON, progress), ``failures`` turns every

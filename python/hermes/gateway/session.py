@@ -253,7 +253,7 @@ class SessionStore:
             # Expired (``session_reset``): this message starts the key's next conversation.
             logger.info("conversation %s of %s expired (%s); starting a new one",
                         entry.session_id, key, reason)
-            self._state_db.end_session(entry.session_id, reason)
+            self._state_db.promote_to_session_reset(entry.session_id, reason)
             return self._create(key, entry.origin or source, session_id)
 
     def _expiry(self, entry: SessionEntry) -> str | None:
@@ -405,7 +405,9 @@ class SessionStore:
             old = self._loaded().get(session_key)
             if old is None:
                 return None
-            self._state_db.end_session(old.session_id, "session_reset")
+            # As hermes-agent's gateway: an accidental end (agent_close) becomes the reset, so
+            # that no recovery reopens what the user left.
+            self._state_db.promote_to_session_reset(old.session_id, "session_reset")
             # Entries written by other gateway versions may lack an origin.
             source = old.origin or SessionSource(old.platform or Platform.LOCAL, "")
             return self._create(session_key, source)
