@@ -69,7 +69,7 @@ bench-scale: hermes-python peers
 	$(HERMES_PYTHON) benches/scale.py --peers-python $(PEERS_PYTHON) $(WHERE)
 
 # hermes sessions list | stats | prune | search on 100k sessions, ours vs hermes-agent's own
-# CLI (~10 min): target/bench/results/cli.json (PUBLISH=1: the one BENCHMARKS.md shows).
+# CLI (~30 min): target/bench/results/cli.json (PUBLISH=1: the one BENCHMARKS.md shows).
 bench-cli: hermes-python peers
 	$(HERMES_PYTHON) benches/cli.py --peers-python $(PEERS_PYTHON) $(WHERE)
 

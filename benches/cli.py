@@ -19,7 +19,7 @@ hermes-agent has no ``sessions search`` command.
 
 Writes ``cli.json`` (``cli-quick.json``) into ``target/bench/results/`` (``--publish``:
 ``benches/results/``, which ``benches/report.py`` renders into BENCHMARKS.md) and prints the
-Markdown section. A full run takes ~10 minutes here; ``--quick`` (10k sessions) ~1 minute.
+Markdown section. A full run takes ~30 minutes here, most of it the prunes (six of 50k sessions); ``--quick`` (10k sessions) a few minutes.
 """
 
 from __future__ import annotations
@@ -227,9 +227,11 @@ def render(doc: dict[str, Any]) -> str:
         f"{store['bytes_prepared'] / 1e6:.0f} MB once both programs had opened it), started over "
         "180 days. Each figure is the median wall time of a whole command in a fresh process "
         f"({doc['rounds']} runs), start and exit included; each prune on a fresh copy "
-        "(about half the sessions are older than 90 days). `progress` says whether ours, run "
-        "in a pseudo-terminal, showed its progress display (it appears after 0.5 s). "
-        "hermes-agent has no `sessions search`. Script: `benches/cli.py` (`make bench-cli`).",
+        "(about half the sessions are older than 90 days). `start` is the interpreter and the "
+        "imports alone, a part of every figure that no progress display can cover. `progress "
+        "shown` says whether ours, run in a pseudo-terminal, showed its progress display, which "
+        "appears once the command's work has taken 0.5 s. hermes-agent has no `sessions "
+        "search`. Script: `benches/cli.py` (`make bench-cli`).",
         "",
         *table(["command", "hermes (ours)", "hermes-agent 0.19.0", "hermes-agent ÷ hermes",
                 "progress shown"], rows, right=(1, 2, 3)),
