@@ -15,6 +15,7 @@ __all__ = [
     "FlushTracker",
     "HermesError",
     "Insert",
+    "MAX_FTS5_QUERY_CHARS",
     "MessageEncodeError",
     "NotADatabaseError",
     "ReadOnlyDatabaseError",
@@ -22,6 +23,7 @@ __all__ = [
     "SCHEMA_SQL",
     "SCHEMA_VERSION",
     "SQLITE_VERSION",
+    "SearchQueryError",
     "Select",
     "SessionNotFoundError",
     "StateDbError",
@@ -36,6 +38,8 @@ SCHEMA_VERSION: int
 #: The DDL of a file we create (tables, indexes, search index and its triggers), one script.
 SCHEMA_SQL: str
 SQLITE_VERSION: str
+#: The longest search query read, in characters; the rest is ignored.
+MAX_FTS5_QUERY_CHARS: int
 __version__: str
 #: Keys marking a message dict as private retry scaffolding, never persisted.
 SCAFFOLDING_FLAGS: tuple[str, ...]
@@ -50,6 +54,7 @@ class ReadOnlyDatabaseError(StateDbError): ...
 class DiskFullError(StateDbError): ...
 class DatabaseClosedError(StateDbError): ...
 class MessageEncodeError(HermesError): ...
+class SearchQueryError(HermesError): ...
 class SessionNotFoundError(HermesError): ...
 class ConfigError(HermesError): ...
 
@@ -61,6 +66,8 @@ _Relation: TypeAlias = Literal[
     "state_meta",
     "compression_locks",
     "session_model_usage",
+    "telegram_dm_topic_mode",
+    "telegram_dm_topic_bindings",
     "hermes_responses",
 ]
 #: A value a filter compares with.
@@ -218,17 +225,20 @@ class Store:
     def search(
         self,
         query: str,
-        source: str | None = None,
+        *,
+        sources: Sequence[str] | None = None,
+        exclude_sources: Sequence[str] | None = None,
+        roles: Sequence[str] | None = None,
         session_id: str | None = None,
+        sort: str | None = None,
+        include_inactive: bool = False,
         limit: int = 20,
         offset: int = 0,
     ) -> list[dict[str, Any]]: ...
     def has_platform_message_id(self, session_id: str, platform_message_id: str) -> bool: ...
-    def save_routing(self, session_key: str, entry_json: str, scope: str = "") -> None: ...
-    def load_routing(self, scope: str = "") -> list[tuple[str, str]]: ...
-    def delete_routing(self, session_keys: Sequence[str], scope: str = "") -> None: ...
     def get_meta(self, key: str) -> str | None: ...
     def set_meta(self, key: str, value: str) -> None: ...
+    def search_index_upkeep(self, upkeep: Literal["optimize", "rebuild"]) -> int: ...
     def vacuum(self) -> None:
         """A truncating WAL checkpoint, then ``VACUUM``: the file shrinks to its rows."""
     def close(self) -> None: ...

@@ -2,8 +2,8 @@
 
 They are defined by the Rust core (so storage failures map to them in one
 place, ``rust/src/exceptions.rs``) and re-exported here as the public names, all but
-the ones only Python raises (``InvalidSettingError``, ``InvalidImportError``, the title
-errors)::
+the ones only Python raises (``InvalidSettingError``, ``InvalidImportError``, the title errors,
+``TopicAlreadyLinkedError``)::
 
     HermesError
     ├── StateDbError                 the session database failed an operation
@@ -15,10 +15,13 @@ errors)::
     │   ├── DiskFullError            no space left
     │   └── DatabaseClosedError      used after close()
     ├── MessageEncodeError           a message could not become a row
+    ├── SearchQueryError             a search query could not run
     ├── SessionNotFoundError         unknown session id
+    ├── MessageNotFoundError         no such message in the session (also a ValueError)
     ├── InvalidImportError           an import_sessions batch refused whole (also a ValueError)
     ├── InvalidTitleError            a session title too long to keep (also a ValueError)
     │   └── TitleInUseError          another session has that title
+    ├── TopicAlreadyLinkedError      the session has another Telegram topic (also a ValueError)
     └── ConfigError                  bad config.yaml / environment / flags
         └── InvalidSettingError      a setting's value fails its section's own check
 
@@ -35,6 +38,7 @@ from hermes._core import (
     MessageEncodeError,
     NotADatabaseError,
     ReadOnlyDatabaseError,
+    SearchQueryError,
     SessionNotFoundError,
     StateDbError,
     WriterBusyError,
@@ -49,13 +53,16 @@ __all__ = [
     "DiskFullError",
     "HermesError",
     "InvalidImportError",
+    "MessageNotFoundError",
     "InvalidTitleError",
     "MessageEncodeError",
     "NotADatabaseError",
     "ReadOnlyDatabaseError",
+    "SearchQueryError",
     "SessionNotFoundError",
     "StateDbError",
     "TitleInUseError",
+    "TopicAlreadyLinkedError",
     "WriterBusyError",
 ]
 
@@ -68,6 +75,10 @@ class InvalidSettingError(ConfigError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(message)
         self.key = key
+
+
+class MessageNotFoundError(HermesError, ValueError):
+    """The message id is not in the session, or is not the kind of message asked for."""
 
 
 class InvalidImportError(HermesError, ValueError):
@@ -90,3 +101,18 @@ class TitleInUseError(InvalidTitleError):
         )
         self.title = title
         self.holder = holder
+
+
+class TopicAlreadyLinkedError(HermesError, ValueError):
+    """A session is bound to one Telegram topic at a time, and this one already has another
+    (``chat_id``, ``thread_id``). A ``ValueError`` too, as hermes-agent raises one."""
+
+    def __init__(self, session_id: str, chat_id: str, thread_id: str) -> None:
+        super().__init__(
+            f"session {session_id!r} is already linked to another Telegram topic (chat "
+            f"{chat_id}, thread {thread_id}); unbind that topic first "
+            "(delete_telegram_topic_binding) or bind a new session to this topic"
+        )
+        self.session_id = session_id
+        self.chat_id = chat_id
+        self.thread_id = thread_id

@@ -115,7 +115,7 @@ pub fn message_row<'py>(py: Python<'py>, r: RowRef<'_>) -> PyResult<Bound<'py, P
     let dict = PyDict::new(py);
     for (index, name) in r.columns().iter().enumerate() {
         let decoded = match (name.as_str(), r.text(index)) {
-            ("content", _) => content(py, r, index)?,
+            ("content" | "before_content" | "after_content", _) => content(py, r, index)?,
             (
                 "tool_calls"
                 | "reasoning_details"

@@ -60,7 +60,7 @@ pub enum Error {
         detail: String,
     },
 
-    #[error("invalid search query {query:?}: {detail}. Quote phrases with \"...\" or remove unbalanced quotes and operators.")]
+    #[error("search query {query:?} could not run: {detail}. Search with plain words instead, and report the query to hermes's developers.")]
     BadQuery { query: String, detail: String },
 
     #[error("{0}")]

@@ -1,7 +1,7 @@
 //! The Python exception classes of `hermes._core` (re-exported by
 //! `hermes.errors`), and the one mapping from [`Error`] to them.
 
-use pyo3::exceptions::{PyException, PyLookupError, PyValueError};
+use pyo3::exceptions::{PyException, PyLookupError};
 use pyo3::{create_exception, PyErr};
 
 use crate::error::{Error, StorageKind};
@@ -74,6 +74,12 @@ create_exception!(
 );
 create_exception!(
     _core,
+    SearchQueryError,
+    HermesError,
+    "A search query could not be run."
+);
+create_exception!(
+    _core,
     ConfigError,
     HermesError,
     "The configuration (config.yaml, environment or flags) is invalid."
@@ -103,7 +109,7 @@ impl From<Error> for PyErr {
             Error::SessionNotFound { .. } => SessionNotFoundError::new_err(msg),
             Error::NoMatch { .. } => PyLookupError::new_err(msg),
             Error::Encode { .. } => MessageEncodeError::new_err(msg),
-            Error::BadQuery { .. } => PyValueError::new_err(msg),
+            Error::BadQuery { .. } => SearchQueryError::new_err(msg),
             Error::Config(_) => ConfigError::new_err(msg),
         }
     }
@@ -180,7 +186,7 @@ mod tests {
                     query: "\"".into(),
                     detail: "d".into(),
                 },
-                "ValueError",
+                "SearchQueryError",
             ),
             (Error::Config("c".into()), "ConfigError"),
         ];

@@ -43,7 +43,7 @@ mod _core {
     use crate::exceptions::{
         ConfigError, CorruptDatabaseError, DatabaseClosedError, DatabaseLockedError, DiskFullError,
         HermesError, MessageEncodeError, NotADatabaseError, ReadOnlyDatabaseError,
-        SessionNotFoundError, StateDbError, WriterBusyError,
+        SearchQueryError, SessionNotFoundError, StateDbError, WriterBusyError,
     };
 
     #[pymodule_init]
@@ -51,6 +51,10 @@ mod _core {
         m.add("SCHEMA_VERSION", crate::model::SCHEMA_VERSION)?;
         m.add("SCHEMA_SQL", crate::store::sqlite::schema_sql())?;
         m.add("SQLITE_VERSION", crate::store::sqlite::version())?;
+        m.add(
+            "MAX_FTS5_QUERY_CHARS",
+            crate::store::search::MAX_QUERY_CHARS,
+        )?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         m.add(
             "SCAFFOLDING_FLAGS",

@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::sync::{Mutex, TryLockError};
 use std::time::Duration;
 
-use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyDict, PyList, PyString};
 
 use crate::decode;
 use crate::encode::{self, Warnings};
@@ -21,8 +21,8 @@ use crate::exceptions::MessageEncodeError;
 use crate::model::{self, NewMessage, RowRef, Table, Value, ValueRef};
 use crate::py_ops;
 use crate::store::{
-    self, Assign, Backend, Durability, Filter, Insert, NoMatch, OnConflict, Options, Order, Page,
-    Query, Relation, Term, Update, WriteOp, WriteOut,
+    self, Assign, Backend, Durability, Filter, IndexUpkeep, Insert, NoMatch, OnConflict, Options,
+    Page, Query, Relation, Search, SearchOrder, Term, Update, WriteOp, WriteOut,
 };
 use crate::tracker::{AddressSet, Known, Plan, Tracker};
 
@@ -183,10 +183,6 @@ impl Store {
             rows_to_list(py, &rows, decode::row)
         }
     }
-
-    fn gateway_routing(scope: &str) -> Filter {
-        Filter::eq("scope", scope)
-    }
 }
 
 /// Text read back from a column that holds text (another writer's bytes
@@ -202,8 +198,7 @@ fn text_cell(cell: ValueRef<'_>) -> String {
 
 #[pymethods]
 impl Store {
-    /// Opens the store at `location`: a `state.db` path (a `postgresql://`
-    /// URL is refused until that backend exists).
+    /// Opens the store at `location`: a `state.db` path, or a `postgresql://` URL.
     #[new]
     #[pyo3(signature = (location, *, synchronous = "FULL", busy_budget = 10.0))]
     fn new(
@@ -491,25 +486,39 @@ impl Store {
         rows_to_list(py, &rows, decode::row)
     }
 
-    /// Full-text search (FTS5 syntax) over content, tool names and tool calls.
-    #[pyo3(signature = (query, source = None, session_id = None, limit = 20, offset = 0))]
+    /// Messages matching a search as a person types it (`store::search`).
+    #[pyo3(signature = (
+        query, *, sources = None, exclude_sources = None, roles = None, session_id = None,
+        sort = None, include_inactive = false, limit = 20, offset = 0
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn search<'py>(
         &self,
         py: Python<'py>,
-        query: String,
-        source: Option<String>,
+        query: &Bound<'py, PyString>,
+        sources: Option<Vec<String>>,
+        exclude_sources: Option<Vec<String>>,
+        roles: Option<Vec<String>>,
         session_id: Option<String>,
+        sort: Option<String>,
+        include_inactive: bool,
         limit: i64,
         offset: i64,
     ) -> PyResult<Bound<'py, PyList>> {
-        let page = Page {
-            source,
+        let search = Search {
+            // Lone surrogates (text pasted from a broken source) become U+FFFD.
+            query: query.to_string_lossy().into_owned(),
+            sources,
+            exclude_sources,
+            roles,
             session_id,
+            order: SearchOrder::parse(sort.as_deref()),
+            include_inactive,
             limit,
             offset,
         };
         let backend = &*self.backend;
-        let rows = py.detach(|| backend.search(&query, &page))?;
+        let rows = py.detach(|| backend.search(&search))?;
         rows_to_list(py, &rows, decode::message_row)
     }
 
@@ -521,68 +530,6 @@ impl Store {
     ) -> PyResult<bool> {
         let backend = &*self.backend;
         Ok(py.detach(|| backend.has_platform_message_id(session_id, platform_message_id))?)
-    }
-
-    #[pyo3(signature = (session_key, entry_json, scope = ""))]
-    fn save_routing(
-        &self,
-        py: Python<'_>,
-        session_key: String,
-        entry_json: String,
-        scope: &str,
-    ) -> PyResult<()> {
-        let op = WriteOp::Insert(Insert {
-            relation: Relation::GatewayRouting,
-            values: vec![
-                ("scope".into(), scope.into()),
-                ("session_key".into(), session_key.into()),
-                ("entry_json".into(), entry_json.into()),
-                ("updated_at".into(), model::now().into()),
-            ],
-            on_conflict: OnConflict::Replace,
-        });
-        self.commit(py, op).map(drop)
-    }
-
-    #[pyo3(signature = (scope = ""))]
-    fn load_routing(&self, py: Python<'_>, scope: &str) -> PyResult<Vec<(String, String)>> {
-        let query = Query {
-            relation: Relation::GatewayRouting,
-            select: ["session_key", "entry_json"]
-                .map(|c| Term::Column(c.into()))
-                .into(),
-            filter: Self::gateway_routing(scope),
-            order: vec![Order {
-                term: Term::Column("session_key".into()),
-                descending: false,
-            }],
-            limit: None,
-            offset: 0,
-        };
-        let backend = &*self.backend;
-        let table = py.detach(|| backend.query(&query))?;
-        Ok(table
-            .rows()
-            .map(|r| (text_cell(r.get(0)), text_cell(r.get(1))))
-            .collect())
-    }
-
-    #[pyo3(signature = (session_keys, scope = ""))]
-    fn delete_routing(
-        &self,
-        py: Python<'_>,
-        session_keys: Vec<String>,
-        scope: &str,
-    ) -> PyResult<()> {
-        let keys = Filter::In(
-            Term::Column("session_key".into()),
-            session_keys.into_iter().map(Value::Text).collect(),
-        );
-        let op = WriteOp::Delete(store::Delete {
-            relation: Relation::GatewayRouting,
-            filter: Filter::And(vec![Self::gateway_routing(scope), keys]),
-        });
-        self.commit(py, op).map(drop)
     }
 
     fn get_meta(&self, py: Python<'_>, key: &str) -> PyResult<Option<String>> {
@@ -610,6 +557,21 @@ impl Store {
             on_conflict: OnConflict::Replace,
         });
         self.commit(py, op).map(drop)
+    }
+
+    /// Optimizes (`"optimize"`) or rebuilds (`"rebuild"`) every search index;
+    /// returns how many there are.
+    fn search_index_upkeep(&self, py: Python<'_>, upkeep: &str) -> PyResult<u64> {
+        let upkeep = match upkeep {
+            "optimize" => IndexUpkeep::Optimize,
+            "rebuild" => IndexUpkeep::Rebuild,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "search index upkeep {other:?}: use \"optimize\" or \"rebuild\""
+                )))
+            }
+        };
+        Ok(self.commit(py, WriteOp::SearchIndex(upkeep))?.rows())
     }
 
     /// Closes every connection; later calls raise `DatabaseClosedError`.

@@ -14,8 +14,8 @@ use std::ffi::OsString;
 use _core::error::Error;
 use _core::model::{NewMessage, Table, Value, ValueRef};
 use _core::store::{
-    self, Assign, Backend, Cmp, Delete, Derived, Filter, Insert, Location, NoMatch, OnConflict,
-    Options, Order, Page, Query, Relation, Term, Update, WriteOp, WriteOut,
+    self, Assign, Backend, Cmp, Delete, Derived, Filter, IndexUpkeep, Insert, Location, NoMatch,
+    OnConflict, Options, Order, Page, Query, Relation, Search, Term, Update, WriteOp, WriteOut,
 };
 
 /// Opens one fresh store; each call is another handle on the same data.
@@ -27,7 +27,134 @@ type Factory = fn(&tempfile::TempDir) -> Option<Opener>;
 /// Every backend, by name. A PostgreSQL factory reads its server from
 /// `HERMES_TEST_POSTGRES_URL` and returns None without it.
 fn backends() -> Vec<(&'static str, Factory)> {
-    vec![("sqlite", sqlite)]
+    vec![
+        ("sqlite", sqlite),
+        #[cfg(feature = "postgres")]
+        ("postgresql", postgres::direct),
+        #[cfg(feature = "postgres")]
+        (
+            "postgresql behind PgBouncer (transaction mode)",
+            postgres::pgbouncer,
+        ),
+    ]
+}
+
+/// Fresh databases on the test server (`scripts/postgres` starts one).
+#[cfg(feature = "postgres")]
+mod postgres {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A new, empty database on the server of `HERMES_TEST_POSTGRES_URL`: its name.
+    fn fresh_database() -> Option<(String, String)> {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let base = std::env::var("HERMES_TEST_POSTGRES_URL").ok()?;
+        let name = format!(
+            "hermes_conformance_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let (client, connection) = tokio_postgres::connect(&base, tokio_postgres::NoTls)
+                .await
+                .expect("the test server answers");
+            tokio::spawn(connection);
+            client
+                .batch_execute(&format!("CREATE DATABASE {name}"))
+                .await
+                .expect("a test database is created");
+        });
+        Some((base, name))
+    }
+
+    /// `url` naming database `name` instead of its own.
+    fn with_database(url: &str, name: &str) -> OsString {
+        let (server, _) = url.rsplit_once('/').expect("a URL with a database");
+        format!("{server}/{name}").into()
+    }
+
+    fn opener(url: OsString) -> Opener {
+        Box::new(move || store::open(&url, Options::default()).expect("a fresh database opens"))
+    }
+
+    pub fn direct(_: &tempfile::TempDir) -> Option<Opener> {
+        let (base, name) = fresh_database()?;
+        Some(opener(with_database(&base, &name)))
+    }
+
+    pub fn pgbouncer(_: &tempfile::TempDir) -> Option<Opener> {
+        let bouncer = std::env::var("HERMES_TEST_PGBOUNCER_URL").ok()?;
+        let (_, name) = fresh_database()?;
+        Some(opener(with_database(&bouncer, &name)))
+    }
+
+    #[test]
+    fn hosts_starting_at_once_migrate_once() {
+        let Some((base, name)) = fresh_database() else {
+            eprintln!("postgresql skipped (HERMES_TEST_POSTGRES_URL unset)");
+            return;
+        };
+        let url = with_database(&base, &name);
+        let barrier = std::sync::Barrier::new(4);
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    barrier.wait();
+                    store::open(&url, Options::default()).expect("every host opens")
+                });
+            }
+        });
+        // schema_version is no relation of the typed operations: counted on a plain client.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let rows: i64 = runtime.block_on(async {
+            let url = url.to_str().unwrap();
+            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(connection);
+            client
+                .query_one("SELECT COUNT(*) FROM schema_version", &[])
+                .await
+                .unwrap()
+                .get(0)
+        });
+        assert_eq!(rows, 1, "one migration, one version row");
+    }
+
+    #[test]
+    fn nul_bytes_and_the_json_prefix_come_back_exactly() {
+        let Some((base, name)) = fresh_database() else {
+            eprintln!("postgresql skipped (HERMES_TEST_POSTGRES_URL unset)");
+            return;
+        };
+        let db = opener(with_database(&base, &name))();
+        create(&*db, "s\0id", "cli", 0.1 + 0.2);
+        let contents = ["\0json:[{\"type\":\"text\"}]", "a\0b\u{1}c\u{1}0", "plain"];
+        let rows = contents
+            .iter()
+            .map(|c| message("user", c, 1.0 / 3.0))
+            .collect();
+        append(&*db, "s\0id", rows).unwrap();
+        let table = db.messages("s\0id", false).unwrap();
+        let expected: Vec<Value> = contents.iter().map(|c| text(c)).collect();
+        assert_eq!(column(&table, "content"), expected);
+        assert_eq!(column(&table, "timestamp")[0], Value::Real(1.0 / 3.0));
+        assert_eq!(
+            session_value(&*db, "s\0id", "started_at"),
+            Value::Real(0.1 + 0.2)
+        );
+        let found = db
+            .query(&sessions_query(Filter::eq("id", "s\0id")))
+            .unwrap();
+        assert_eq!(ids(&found), [text("s\0id")]);
+    }
 }
 
 fn sqlite(dir: &tempfile::TempDir) -> Option<Opener> {
@@ -39,7 +166,19 @@ fn sqlite(dir: &tempfile::TempDir) -> Option<Opener> {
 
 /// Runs `test` on a fresh store of every backend.
 fn on_every_backend(test: impl Fn(&dyn Fn() -> Box<dyn Backend>)) {
-    for (name, factory) in backends() {
+    on_backends(backends(), test)
+}
+
+/// A case whose operations one backend does not translate yet (named in the README's limits).
+fn on_sqlite_only(test: impl Fn(&dyn Fn() -> Box<dyn Backend>)) {
+    on_backends(vec![("sqlite", sqlite as Factory)], test)
+}
+
+fn on_backends(
+    backends: Vec<(&'static str, Factory)>,
+    test: impl Fn(&dyn Fn() -> Box<dyn Backend>),
+) {
+    for (name, factory) in backends {
         let dir = tempfile::tempdir().unwrap();
         let Some(open) = factory(&dir) else {
             eprintln!("conformance: {name} skipped (not configured here)");
@@ -633,7 +772,8 @@ fn queries_filter_order_page_and_derive() {
 
 #[test]
 fn lineage_and_upkeep_values_are_derived_per_session() {
-    on_every_backend(|open| {
+    // PostgreSQL: the lineage derived values are not translated yet.
+    on_sqlite_only(|open| {
         let db = open();
         // root -> cont (a compression continuation) -> tip; a branch, a
         // delegate run and a plain child of root; a row with broken JSON.
@@ -858,6 +998,62 @@ fn a_transaction_writes_all_or_nothing() {
 }
 
 #[test]
+fn search_finds_cjk_text_by_trigrams_and_by_substring() {
+    // PostgreSQL: search is a scan without the trigram path yet (README limits).
+    on_sqlite_only(|open| {
+        let db = open();
+        create(&*db, "a", "cli", 1.0);
+        let chat = "昨天和其他Agent的聊天记录，记忆断裂问题复现了";
+        let long = append(&*db, "a", vec![message("user", chat, 1.0)]).unwrap();
+        let percent = append(&*db, "a", vec![message("user", "达成100%完成率", 2.0)]).unwrap();
+        append(&*db, "a", vec![message("user", "达成100完成率是目标", 3.0)]).unwrap();
+        let search = |query: &str| {
+            let search = Search {
+                query: query.into(),
+                limit: 10,
+                ..Search::default()
+            };
+            ids(&db.search(&search).unwrap())
+        };
+        // Three characters or more: the trigram index; fewer: a substring scan.
+        assert_eq!(search("记忆断裂"), [Value::Integer(long[0])]);
+        assert_eq!(search("聊天"), [Value::Integer(long[0])]);
+        assert_eq!(search("Agent的"), [Value::Integer(long[0])]);
+        assert_eq!(search("100%完成"), [Value::Integer(percent[0])]);
+        assert_eq!(search("记忆断裂 OR 目标").len(), 2);
+        assert_eq!(search("达成 NOT 目标"), [Value::Integer(percent[0])]);
+        assert!(search("断裂连接").is_empty());
+    });
+}
+
+#[test]
+fn search_index_upkeep_runs_on_every_index_and_keeps_every_hit() {
+    // PostgreSQL: there is no search index to optimize or rebuild yet (README limits).
+    on_sqlite_only(|open| {
+        let db = open();
+        create(&*db, "a", "cli", 1.0);
+        for text in ["docker one", "docker two", "记忆断裂"] {
+            append(&*db, "a", vec![message("user", text, 1.0)]).unwrap();
+        }
+        let hits = |query: &str| {
+            let search = Search {
+                query: query.into(),
+                limit: 10,
+                ..Search::default()
+            };
+            db.search(&search).unwrap().rows().count()
+        };
+        for upkeep in [IndexUpkeep::Optimize, IndexUpkeep::Rebuild] {
+            assert_eq!(
+                db.write(WriteOp::SearchIndex(upkeep)).unwrap(),
+                WriteOut::Rows(2)
+            );
+            assert_eq!((hits("docker"), hits("记忆断裂")), (2, 1), "{upkeep:?}");
+        }
+    });
+}
+
+#[test]
 fn search_finds_committed_rows_by_word_source_and_session() {
     on_every_backend(|open| {
         let db = open();
@@ -866,10 +1062,11 @@ fn search_finds_committed_rows_by_word_source_and_session() {
         let a = append(&*db, "a", vec![message("user", "the docker daemon", 1.0)]).unwrap();
         let b = append(&*db, "b", vec![message("user", "docker compose up", 1.0)]).unwrap();
         append(&*db, "b", vec![message("user", "nothing to see", 1.0)]).unwrap();
-        let search = |page: Page| ids(&db.search("docker", &page).unwrap());
-        let page = Page {
+        let search = |search: Search| ids(&db.search(&search).unwrap());
+        let page = Search {
+            query: "docker".into(),
             limit: 10,
-            ..Page::default()
+            ..Search::default()
         };
         let mut all = search(page.clone());
         all.sort_by_key(|v| match v {
@@ -877,20 +1074,37 @@ fn search_finds_committed_rows_by_word_source_and_session() {
             _ => 0,
         });
         assert_eq!(all, [Value::Integer(a[0]), Value::Integer(b[0])]);
-        let telegram = Page {
-            source: Some("telegram".into()),
+        let telegram = Search {
+            sources: Some(vec!["telegram".into()]),
             ..page.clone()
         };
         assert_eq!(search(telegram), [Value::Integer(b[0])]);
-        let in_a = Page {
+        let not_telegram = Search {
+            exclude_sources: Some(vec!["telegram".into()]),
+            ..page.clone()
+        };
+        assert_eq!(search(not_telegram), [Value::Integer(a[0])]);
+        let in_a = Search {
             session_id: Some("a".into()),
             ..page.clone()
         };
         assert_eq!(search(in_a), [Value::Integer(a[0])]);
-        assert!(matches!(
-            db.search("\"unbalanced", &page),
-            Err(Error::BadQuery { .. })
-        ));
+        // Whatever a person types runs.
+        for typed in [
+            "\"unbalanced",
+            "C++",
+            "a AND OR b",
+            "(x",
+            "***",
+            "TODO: fix",
+            "",
+        ] {
+            let typed = Search {
+                query: typed.into(),
+                ..page.clone()
+            };
+            assert!(db.search(&typed).is_ok(), "{typed:?}");
+        }
         // A rewound row is not found.
         db.write(set(
             Relation::Messages,
@@ -962,6 +1176,47 @@ fn routing_and_meta_rows_are_written_read_and_deleted() {
         assert_eq!(db.write(gone).unwrap(), WriteOut::Rows(1));
         assert_eq!(entries(""), [(text("k2"), text("{\"b\":2}"))]);
         assert_eq!(entries("other").len(), 1);
+    });
+}
+
+#[test]
+fn a_topic_binding_names_one_session_and_goes_with_it() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "telegram", 1.0);
+        create(&*db, "t", "telegram", 1.0);
+        let bind = |thread: &str, session_id: &str| {
+            db.write(WriteOp::Insert(Insert {
+                relation: Relation::TelegramTopicBindings,
+                values: vec![
+                    ("chat_id".into(), text("c")),
+                    ("thread_id".into(), text(thread)),
+                    ("user_id".into(), text("u")),
+                    ("session_key".into(), text("k")),
+                    ("session_id".into(), text(session_id)),
+                    ("linked_at".into(), Value::Real(1.0)),
+                    ("updated_at".into(), Value::Real(1.0)),
+                ],
+                on_conflict: OnConflict::Fail,
+            }))
+        };
+        assert_eq!(bind("1", "s").unwrap(), WriteOut::Rows(1));
+        assert!(bind("2", "s").is_err(), "a session has one topic");
+        assert!(bind("3", "missing").is_err(), "a binding names a session");
+        assert_eq!(bind("4", "t").unwrap(), WriteOut::Rows(1));
+        let gone = WriteOp::Delete(Delete {
+            relation: Relation::Sessions,
+            filter: Filter::eq("id", "s"),
+        });
+        assert_eq!(db.write(gone).unwrap(), WriteOut::Rows(1));
+        let threads = Query {
+            select: vec![Term::Column("thread_id".into())],
+            ..Query::all(Relation::TelegramTopicBindings)
+        };
+        assert_eq!(
+            column(&db.query(&threads).unwrap(), "thread_id"),
+            [text("4")]
+        );
     });
 }
 
@@ -1072,7 +1327,7 @@ fn a_closed_store_refuses_every_operation_and_keeps_its_data() {
         closed(db.query(&Query::all(Relation::Sessions)).map(drop));
         closed(db.count(Relation::Sessions, &Filter::All).map(drop));
         closed(db.foreign_commit_since_last_look().map(drop));
-        closed(db.search("kept", &Page::default()).map(drop));
+        closed(db.search(&Search::default()).map(drop));
         closed(db.vacuum());
         let again = open();
         assert_eq!(again.live_message_count("s").unwrap(), Some(1));

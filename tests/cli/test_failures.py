@@ -124,6 +124,3 @@ def test_a_bad_argument_is_one_line_with_status_2(hermes_home: Path, argv: list[
     assert expected in one_line_failure(hermes(hermes_home, *argv), status=2)
 
 
-def test_a_malformed_search_is_one_line(hermes_home: Path, long_session: str) -> None:
-    line = one_line_failure(hermes(hermes_home, "sessions", "search", '"unclosed'))
-    assert "invalid search query" in line and "Quote phrases" in line

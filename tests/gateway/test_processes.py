@@ -41,7 +41,7 @@ async def launch() -> AsyncIterator[Launcher]:
 
 
 def _routing(db: SessionDB) -> dict[str, SessionEntry]:
-    return {k: SessionEntry.from_json(v) for k, v in db.load_routing_entries().items()}
+    return {k: SessionEntry.from_json(v) for k, v in db.load_gateway_routing_entries().items()}
 
 
 def _conversation(db: SessionDB, chat_id: str) -> tuple[SessionEntry, list[dict[str, object]]]:

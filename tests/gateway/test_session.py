@@ -66,7 +66,7 @@ def test_new_conversation_creates_session_row_and_routing(db: SessionDB) -> None
     assert (row["source"], row["user_id"], row["session_key"], row["chat_type"]) == (
         "telegram", "12345", entry.session_key, "group")
     assert json.loads(row["origin_json"])["chat_id"] == "-1001"
-    routed = db.load_routing_entries()
+    routed = db.load_gateway_routing_entries()
     assert SessionEntry.from_json(routed[entry.session_key]).session_id == entry.session_id
     assert store.get_or_create_session(_source()) == entry
 
@@ -165,7 +165,7 @@ def test_recently_active_conversations_are_marked(db: SessionDB) -> None:
 
 
 def _stored(db: SessionDB, key: str) -> SessionEntry:
-    return SessionEntry.from_json(db.load_routing_entries()[key])
+    return SessionEntry.from_json(db.load_gateway_routing_entries()[key])
 
 
 def test_activity_is_written_behind_and_never_over_a_newer_state(
@@ -264,8 +264,8 @@ def test_foreign_and_broken_routing_entries_do_not_break_routing(db: SessionDB) 
                       "created_at": now, "updated_at": now, "platform": "slack",
                       "origin": {"platform": "slack", "chat_id": "u1", "chat_topic": "t",
                                  "scope_id": "w1", "guild_id": "w1"}}
-    db.save_routing_entry(upstream_style["session_key"], json.dumps(upstream_style))
-    db.save_routing_entry("agent:main:slack:dm:u2", "{not json")
+    db.save_gateway_routing_entry(upstream_style["session_key"], json.dumps(upstream_style))
+    db.save_gateway_routing_entry("agent:main:slack:dm:u2", "{not json")
     store = SessionStore(db)
     entry = store.get_entry("agent:main:slack:dm:u1")
     assert entry is not None and entry.origin is not None and entry.origin.chat_id == "u1"

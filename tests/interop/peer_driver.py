@@ -11,7 +11,10 @@ Requests (``op``):
 * ``append``: ``append_message`` for each message (its per-message API);
 * ``flush``: its agent's flush of a live list (its real write path),
   creating the session first if needed;
-* ``search``: ``search_messages(query)`` session ids of the hits.
+* ``search``: ``search_messages(query)`` session ids of the hits;
+* ``calls``: each ``[method, args, kwargs]`` of ``calls`` on its ``SessionDB``, in order:
+  ``results`` holds ``{"ok": value}`` or ``{"error": exception type name}`` for each, and
+  ``model_usage`` the session's ``session_model_usage`` rows (read in SQL).
 
 Every request names ``db`` (the state.db path) and ``session_id``.
 """
@@ -35,6 +38,26 @@ def _rows(db: str, session_id: str) -> int:
         )
     finally:
         conn.close()
+
+
+def _model_usage(db: str, session_id: str) -> list[dict[str, Any]]:
+    conn = sqlite3.connect(db)
+    conn.row_factory = sqlite3.Row
+    try:
+        rows = conn.execute(
+            "SELECT * FROM session_model_usage WHERE session_id = ? ORDER BY model, task",
+            (session_id,),
+        ).fetchall()
+        return [dict(row) for row in rows]
+    finally:
+        conn.close()
+
+
+def _call(db: Any, method: str, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return {"ok": getattr(db, method)(*args, **kwargs)}
+    except Exception as exc:  # the answer says which error; the test decides
+        return {"error": type(exc).__name__}
 
 
 def _state(db: Any, path: str, session_id: str) -> dict[str, Any]:
@@ -93,6 +116,9 @@ def main() -> None:
             agent._flush_messages_to_session_db(live, history)
         elif op == "search":
             answer["hits"] = sorted({h["session_id"] for h in db.search_messages(req["query"])})
+        elif op == "calls":
+            answer["results"] = [_call(db, *call) for call in req["calls"]]
+            answer["model_usage"] = _model_usage(path, sid)
         elif op != "read":
             raise SystemExit(f"unknown op {op!r}")
         answer.update(_state(db, path, sid))

@@ -31,7 +31,7 @@ def _db(runner: GatewayRunner) -> SessionDB:
 
 
 def _routing_keys(runner: GatewayRunner) -> set[str]:
-    return set(_db(runner).load_routing_entries())
+    return set(_db(runner).load_gateway_routing_entries())
 
 
 async def test_private_chat_group_and_forum_topic(telegram_runner: TelegramRunner,

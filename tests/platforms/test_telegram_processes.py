@@ -90,7 +90,7 @@ async def test_conversations_long_reply_and_no_secret_at_rest(
     assert await _stopped(gateway) == 0
 
     with SessionDB(tmp_path / "state.db") as db:
-        keys = set(db.load_routing_entries())
+        keys = set(db.load_gateway_routing_entries())
         session_id = next(s["id"] for s in db.list_sessions() if s["chat_type"] == "dm")
     assert keys == {"agent:main:telegram:dm:42", "agent:main:telegram:group:-1001:42",
                     "agent:main:telegram:group:-1001:43"}

@@ -86,7 +86,7 @@ def json_lines(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def routing(db: SessionDB) -> dict[str, SessionEntry]:
-    return {k: SessionEntry.from_json(v) for k, v in db.load_routing_entries().items()}
+    return {k: SessionEntry.from_json(v) for k, v in db.load_gateway_routing_entries().items()}
 
 
 def entry_for(db: SessionDB, chat_id: str) -> SessionEntry | None:

@@ -41,7 +41,7 @@ def cron(db_path: Path, seconds: float) -> dict[str, Any]:
         if n % 4 == 0:
             try:
                 sessions = [json.loads(v)["session_id"]
-                            for v in db.load_routing_entries().values()]
+                            for v in db.load_gateway_routing_entries().values()]
             except Exception:
                 errors.append(traceback.format_exc())
                 sessions = []

@@ -2,10 +2,11 @@
 
 ``SessionDB.search_messages`` gets arbitrary text and FTS5-flavoured soup (quotes, ``*``,
 ``NEAR``, ``AND``/``OR``/``NOT``, parentheses, ``^``, column filters, lone surrogates, NUL).
-Held: a query either returns hits (each a message row with its session's source and a snippet)
-or raises ``ValueError`` — never another exception, never a crash — and the database is
-unchanged and usable afterwards. The CLI's ``hermes sessions search`` turns the same into exit
-status 1 with a message, never a traceback.
+Held (issue 20): whatever a person types, the search runs — it returns hits (each a message row
+with its session's source, a snippet and context) and never raises — and the database is
+unchanged and usable afterwards. Chinese, Japanese and Korean text is in the mix, so the trigram
+and substring routes get the same soup. The CLI's ``hermes sessions search`` exits 0 on it,
+never with a traceback.
 
 300 examples in the normal run, 3000 with ``HERMES_FULL=1`` (``HERMES_SEARCH_EXAMPLES``).
 """
@@ -26,8 +27,9 @@ from .harness import hermes_cli, setting
 TOKENS = ['"', "'", "*", "(", ")", "^", ":", "+", "-", "{", "}", ",", ".", "NEAR", "NEAR(",
           "AND", "OR", "NOT", "content:", "messages_fts:", "rowid", "docker", "kube", "hello",
           "\ud800", "\x00", "\u2028", "\\", "%", "_", ";", "--", "/*", "' OR 1=1 --",
-          "\"); DROP TABLE messages; --", " "]
-queries = st.text(max_size=40) | st.lists(st.sampled_from(TOKENS), min_size=1, max_size=8).map(
+          "\"); DROP TABLE messages; --", " ", "记忆", "断裂", "日本語", "안녕", "こんにちは"]
+queries = st.text(max_size=40) | st.text(st.characters(min_codepoint=0x3000, max_codepoint=0xAC10),
+                                          max_size=8) | st.lists(st.sampled_from(TOKENS), min_size=1, max_size=8).map(
     " ".join) | st.lists(st.sampled_from(TOKENS) | st.text(max_size=3), max_size=8).map("".join)
 
 
@@ -48,17 +50,13 @@ def searchable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SessionDB]:
 @settings(max_examples=int(setting("search_examples", 300, 3000)), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(query=queries, limit=st.integers(0, 30), offset=st.integers(0, 5))
-def test_any_query_returns_hits_or_raises_value_error(searchable: SessionDB, query: str,
-                                                      limit: int, offset: int) -> None:
-    try:
-        hits = searchable.search_messages(query, limit=limit, offset=offset)
-    except ValueError as exc:
-        assert str(exc)
-    else:
-        assert isinstance(hits, list) and len(hits) <= limit
-        for hit in hits:
-            assert hit["session_id"] == "s1" and hit["source"] == "telegram"
-            assert isinstance(hit["snippet"], str)
+def test_any_query_returns_hits_and_never_raises(searchable: SessionDB, query: str,
+                                                 limit: int, offset: int) -> None:
+    hits = searchable.search_messages(query, limit=limit, offset=offset)
+    assert isinstance(hits, list) and len(hits) <= limit
+    for hit in hits:
+        assert hit["session_id"] == "s1" and hit["source"] == "telegram"
+        assert isinstance(hit["snippet"], str) and hit["context"]
     session = searchable.get_session("s1")
     assert session is not None and session["message_count"] == 7
     assert len(searchable.get_messages("s1")) == 7
@@ -66,16 +64,14 @@ def test_any_query_returns_hits_or_raises_value_error(searchable: SessionDB, que
 
 @pytest.mark.parametrize("query", ['"unbalanced', "NEAR(", "AND", "docker OR", "(((",
                                    "' OR 1=1 --", "content:", "\u2028"])
-def test_the_cli_reports_bad_queries_without_a_traceback(tmp_path: Path, query: str) -> None:
+def test_the_cli_searches_any_query_without_a_traceback(tmp_path: Path, query: str) -> None:
     db_path = tmp_path / "state.db"
     with SessionDB(db_path) as db:
         db.create_session("s1", "cli")
         db.append_message("s1", "user", "hello docker")
     done = hermes_cli(tmp_path, "sessions", "search", query, "--db", str(db_path))
-    assert done.returncode in (0, 1), done
+    assert done.returncode == 0, done
     assert "Traceback" not in done.stderr, done.stderr
-    if done.returncode == 1:
-        assert done.stderr.startswith("hermes: "), done.stderr
 
 
 def test_a_storage_failure_is_not_reported_as_a_bad_query(tmp_path: Path) -> None:

@@ -277,6 +277,61 @@ REVIEWED_SQL_FORMATS = {
         "a table name from the constant KNOWN_INDEXES; the constant INDEXED_TEXT",
     ("read.rs", "SELECT {columns} FROM messages WHERE session_id = ?1{active} ORDER BY id"):
         "a constant column list (MESSAGE_COLUMNS or CONVERSATION_COLUMNS); a constant clause",
+    ("search_index.rs", "INSERT INTO {table}({table}) VALUES ('optimize')"):
+        "a table name from the constant KNOWN_INDEXES",
+    ("search_index.rs", "DELETE FROM {table}"):
+        "a table name from the constant KNOWN_INDEXES",
+    ("search_index.rs", "INSERT INTO {table}(rowid, content) SELECT id, {INDEXED_TEXT} FROM messages"):
+        "a table name from the constant KNOWN_INDEXES; the constant INDEXED_TEXT",
+    ("schema.rs", "INSERT INTO messages_fts_trigram(rowid, content) SELECT id, {INDEXED_TEXT} "
+                  "FROM messages"):
+        "the constant INDEXED_TEXT",
+    ("search.rs", "(SELECT n.id FROM messages n WHERE n.session_id = h.session_id AND (n.timestamp "
+                  "{cmp} h.timestamp OR (n.timestamp = h.timestamp AND n.id {cmp} h.id)) ORDER BY "
+                  "n.timestamp {dir}, n.id {dir} LIMIT 1)"):
+        "string literals: '<' or '>', 'ASC' or 'DESC'",
+    ("search.rs", "SELECT h.*, b.role AS before_role, b.content AS before_content, a.role AS "
+                  "after_role, a.content AS after_content FROM (SELECT h.*, {before} AS before_id, "
+                  "{after} AS after_id FROM ({inner}) h) h LEFT JOIN messages b ON b.id = "
+                  "h.before_id LEFT JOIN messages a ON a.id = h.after_id ORDER BY {order}"):
+        "the neighbour subqueries above; one of the two inner searches below; an order of "
+        "string literals",
+    ("search.rs", "SELECT m.id, snippet({table}, 0, '>>>', '<<<', '...', 40) AS snippet, "
+                  "{HIT_COLUMNS}, {table}.rank AS hit_rank FROM {table} JOIN messages m ON m.id = "
+                  "{table}.rowid JOIN sessions s ON s.id = m.session_id WHERE {table} MATCH ?1 AND "
+                  "{FILTERS} ORDER BY {inner_order} LIMIT ?7 OFFSET ?8"):
+        "a literal index table name; the constants HIT_COLUMNS and FILTERS; an order of "
+        "string literals (the query itself is bound, ?1)",
+    ("search.rs", "SELECT m.id, substr(m.content, max(1, instr(m.content, ?1) - 40), 120) AS "
+                  "snippet, {HIT_COLUMNS}, 0 AS hit_rank FROM messages m JOIN sessions s ON s.id = "
+                  "m.session_id WHERE ({}) AND {FILTERS} ORDER BY m.timestamp DESC, m.id DESC "
+                  "LIMIT ?7 OFFSET ?8"):
+        "the constants HIT_COLUMNS and FILTERS; the term conditions below joined by AND / OR",
+    ("search.rs", "COALESCE(m.content LIKE ?{n} ESCAPE '\\\\' OR m.tool_name LIKE ?{n} ESCAPE "
+                  "'\\\\' OR m.tool_calls LIKE ?{n} ESCAPE '\\\\', 0)"):
+        "a parameter number (each term's pattern is bound)",
+    ('read.rs',
+                '(SELECT n.id FROM messages n WHERE n.session_id = h.session_id AND (n.timestamp '
+                '{cmp} h.timestamp OR (n.timestamp = h.timestamp AND n.id {cmp} h.id)) ORDER BY '
+                'n.timestamp {dir}, n.id {dir} LIMIT 1)'):
+        "string literals: '<' or '>', 'ASC' or 'DESC'",
+    ('read.rs',
+                "WITH q AS (SELECT websearch_to_tsquery('simple', $1) AS q), hits AS ( SELECT m.id, "
+                'm.session_id, m.role, m.content, m.tool_name, m.timestamp, s.source, s.model, '
+                "s.started_at AS session_started, s.title, ts_headline('simple', COALESCE(m.content, "
+                "''), q.q, 'StartSel=>>>, StopSel=<<<, MaxWords=40, MinWords=3') AS snippet, "
+                "ts_rank(to_tsvector('simple', {text}), q.q) AS rank FROM q, messages m JOIN sessions"
+                " s ON s.id = m.session_id WHERE to_tsvector('simple', {text}) @@ q.q AND ($2 OR "
+                'm.active = 1 OR m.compacted = 1) AND ($3::text[] IS NULL OR s.source = ANY($3)) AND '
+                '($4::text[] IS NULL OR NOT (s.source = ANY($4))) AND ($5::text[] IS NULL OR m.role ='
+                ' ANY($5)) AND ($6::text IS NULL OR m.session_id = $6) ORDER BY {order} LIMIT $7 '
+                'OFFSET $8), near AS (SELECT h.*, {before} AS before_id, {after} AS after_id FROM '
+                'hits h) SELECT h.id, h.session_id, h.role, h.content, h.tool_name, h.timestamp, '
+                'h.source, h.model, h.session_started, h.title, h.snippet, h.before_id, h.after_id, '
+                'b.role AS before_role, b.content AS before_content, a.role AS after_role, a.content '
+                'AS after_content, h.rank AS hit_rank FROM near h LEFT JOIN messages b ON b.id = '
+                'h.before_id LEFT JOIN messages a ON a.id = h.after_id ORDER BY {outer}'):
+        "the neighbour subqueries (literals '<'/'>', 'ASC'/'DESC'); the constant text expression; an order of string literals",
 }
 #: The typed operations' SQL (store/sqlite/sql.rs) is written piece by piece, not with
 #: format!: every name goes through Sql::ident (quoted, after the column check), every value
@@ -328,7 +383,7 @@ def test_hostile_names_and_values_are_refused_or_stored_verbatim(tmp_path: Path)
         db.create_session(hostile, hostile, user_id=hostile, title=hostile)
         db.append_message(hostile, "user", hostile, tool_name=hostile,
                           platform_message_id=hostile)
-        db.save_routing_entry(hostile, json.dumps({"k": hostile}), scope=hostile)
+        db.save_gateway_routing_entry(hostile, json.dumps({"k": hostile}), scope=hostile)
         db.set_meta(hostile, hostile)
         for name in (hostile, "title = 'x', source", "id", "message_count) VALUES (1); --"):
             with pytest.raises((ConfigError, ValueError)):
@@ -341,11 +396,10 @@ def test_hostile_names_and_values_are_refused_or_stored_verbatim(tmp_path: Path)
         assert session["source"] == hostile and session["message_count"] == 1
         [row] = db.get_messages(hostile)
         assert row["content"] == hostile and row["tool_name"] == hostile
-        assert db.load_routing_entries(hostile) == {hostile: json.dumps({"k": hostile})}
+        assert db.load_gateway_routing_entries(scope=hostile) == {hostile: json.dumps({"k": hostile})}
         assert db.get_meta(hostile) == hostile
         assert db.has_platform_message_id(hostile, hostile)
-        with pytest.raises(ValueError):
-            db.search_messages(hostile)
+        assert [h["content"] for h in db.search_messages(hostile)] == [hostile]
         assert db.search_messages('"DROP TABLE messages"')[0]["content"] == hostile
 
 

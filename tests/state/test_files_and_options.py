@@ -201,8 +201,8 @@ ASYNC_METHODS = [
     "create_session", "append_message", "append_messages", "get_session", "live_message_count",
     "foreign_commit_since_last_look", "get_messages", "get_messages_as_conversation",
     "update_session", "end_session", "reopen_session", "list_sessions", "search_messages",
-    "has_platform_message_id", "save_routing_entry", "load_routing_entries",
-    "delete_routing_entries", "get_meta", "set_meta", "close",
+    "has_platform_message_id", "save_gateway_routing_entry", "load_gateway_routing_entries",
+    "delete_gateway_routing_entries", "get_meta", "set_meta", "close",
 ]
 
 
@@ -232,10 +232,10 @@ def test_async_session_db_every_method_is_awaitable(tmp_path: Path) -> None:
         assert [s["id"] for s in await adb.list_sessions()] == ["s1"]
         assert len(await adb.search_messages("async")) == 1
         assert await adb.has_platform_message_id("s1", "p1") is True
-        await adb.save_routing_entry("k", "{}")
-        assert await adb.load_routing_entries() == {"k": "{}"}
-        await adb.delete_routing_entries(["k"])
-        assert await adb.load_routing_entries() == {}
+        await adb.save_gateway_routing_entry("k", "{}")
+        assert await adb.load_gateway_routing_entries() == {"k": "{}"}
+        await adb.delete_gateway_routing_entries(["k"])
+        assert await adb.load_gateway_routing_entries() == {}
         await adb.set_meta("m", "v")
         assert await adb.get_meta("m") == "v"
         await adb.close()
@@ -336,7 +336,13 @@ def test_writes_without_waiting_give_up_at_once_and_write_nothing(
 
 # hermes-agent 0.19.0 (hermes_state.FTS_TRIGRAM_SQL) adds this index and trigger the first
 # time it opens a state.db, and back-fills it; its CJK / substring search reads it.
+# Ours has the trigram index too: the other program drops it first (as a file of a
+# hermes-agent run with HERMES_DISABLE_FTS_TRIGRAM would have none), then adds its own.
 AGENT_TRIGRAM_DDL = """
+DROP TABLE messages_fts_trigram;
+DROP TRIGGER messages_fts_trigram_insert;
+DROP TRIGGER messages_fts_trigram_delete;
+DROP TRIGGER messages_fts_trigram_update;
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts_trigram USING fts5(content, tokenize='trigram');
 CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_insert AFTER INSERT ON messages BEGIN
     INSERT INTO messages_fts_trigram(rowid, content) VALUES (new.id,

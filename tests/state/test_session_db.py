@@ -12,16 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from hermes.errors import (
     ConfigError,
     DatabaseClosedError,
-    HermesError,
     SessionNotFoundError,
     StateDbError,
 )
 from hermes.state import SessionDB
-
 
 # The hermes-agent 0.19.0 session columns SPEC §3 names (a subset of all of them).
 CORE_SESSION_COLUMNS = {
@@ -484,7 +481,7 @@ def test_end_and_reopen_session(db: SessionDB) -> None:
 def test_list_sessions_newest_first_paged_and_filtered(db: SessionDB) -> None:
     for i in range(7):
         db.create_session(f"s{i}", "telegram" if i % 2 else "cli", started_at=1000.0 + i)
-    ids = lambda rows: [r["id"] for r in rows]  # noqa: E731
+    ids = lambda rows: [r["id"] for r in rows]
     assert ids(db.list_sessions()) == [f"s{i}" for i in range(6, -1, -1)]
     assert ids(db.list_sessions(limit=3)) == ["s6", "s5", "s4"]
     assert ids(db.list_sessions(limit=3, offset=3)) == ["s3", "s2", "s1"]
@@ -497,76 +494,6 @@ def test_list_sessions_newest_first_paged_and_filtered(db: SessionDB) -> None:
     assert "message_count" in row and row["source"] == "cli"
     with pytest.raises(ValueError):
         db.list_sessions(limit=-1)
-
-
-# -- search --------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def searchable(db: SessionDB) -> SessionDB:
-    db.create_session("a", "cli", title="Alpha")
-    db.create_session("b", "telegram")
-    db.append_message("a", "user", "the quick brown fox jumps over the lazy dog")
-    db.append_message("a", "assistant", None, tool_calls=[tool_call(1, "read_file")])
-    db.append_message("a", "tool", "tool output text", tool_name="web_search", tool_call_id="call_1")
-    db.append_message("b", "user", "sleeping foxes dream of brown bread")
-    db.append_message("b", "assistant", "elephants remember everything")
-    return db
-
-
-@pytest.mark.parametrize(
-    "query, expected",
-    [
-        ("quick", {"the quick brown fox jumps over the lazy dog"}),
-        ("brown", {"the quick brown fox jumps over the lazy dog",
-                   "sleeping foxes dream of brown bread"}),
-        ('"brown fox"', {"the quick brown fox jumps over the lazy dog"}),
-        ('"fox brown"', set()),
-        ("eleph*", {"elephants remember everything"}),
-        ("fox*", {"the quick brown fox jumps over the lazy dog",
-                  "sleeping foxes dream of brown bread"}),
-        ("quick OR elephants", {"the quick brown fox jumps over the lazy dog",
-                                "elephants remember everything"}),
-        ("brown NOT bread", {"the quick brown fox jumps over the lazy dog"}),
-        ("web_search", {"tool output text"}),
-        ("read_file", {None}),
-        ("nothingmatches", set()),
-    ],
-)
-def test_search_messages(searchable: SessionDB, query: str, expected: set[Any]) -> None:
-    hits = searchable.search_messages(query)
-    assert {h["content"] for h in hits} == expected
-    assert len(hits) == len(expected)
-
-
-def test_search_hit_shape_and_filters(searchable: SessionDB) -> None:
-    [hit] = searchable.search_messages("quick")
-    assert hit["session_id"] == "a" and hit["role"] == "user"
-    assert hit["source"] == "cli" and hit["title"] == "Alpha"
-    assert ">>>quick<<<" in hit["snippet"]
-    assert isinstance(hit["id"], int)
-    assert [h["session_id"] for h in searchable.search_messages("brown", source="telegram")] == ["b"]
-    assert [h["session_id"] for h in searchable.search_messages("brown", session_id="a")] == ["a"]
-    assert len(searchable.search_messages("brown", limit=1)) == 1
-    assert len(searchable.search_messages("brown", limit=1, offset=1)) == 1
-    assert searchable.search_messages("brown", limit=1, offset=2) == []
-
-
-@pytest.mark.parametrize("query", ["AND OR", "OR", "brown AND", "(", ")", "NEAR(", "foo:bar", ""])
-def test_search_malformed_query_is_a_clear_value_error(searchable: SessionDB, query: str) -> None:
-    with pytest.raises(ValueError) as info:
-        searchable.search_messages(query)
-    assert not isinstance(info.value, HermesError)
-    msg = str(info.value)
-    assert msg and ("query" in msg)
-    # the store still works afterwards
-    assert len(searchable.search_messages("quick")) == 1
-
-
-@pytest.mark.parametrize("query", ['"unbalanced', 'say "hi', "*"])
-def test_search_unbalanced_quote_is_a_value_error(searchable: SessionDB, query: str) -> None:
-    with pytest.raises(ValueError, match="query"):
-        searchable.search_messages(query)
 
 
 # -- platform ids, routing, meta ----------------------------------------------------------
@@ -585,20 +512,20 @@ def test_has_platform_message_id(db: SessionDB) -> None:
 
 
 def test_routing_entries_save_load_delete(db_path: Path, db: SessionDB) -> None:
-    assert db.load_routing_entries() == {}
-    db.save_routing_entry("k1", '{"session_id": "a"}')
-    db.save_routing_entry("k2", '{"session_id": "b"}')
-    db.save_routing_entry("k1", '{"session_id": "c"}')  # replaces
-    db.save_routing_entry("k1", '{"session_id": "other-scope"}', scope="profile2")
-    assert db.load_routing_entries() == {"k1": '{"session_id": "c"}', "k2": '{"session_id": "b"}'}
-    assert db.load_routing_entries(scope="profile2") == {"k1": '{"session_id": "other-scope"}'}
-    db.delete_routing_entries(["k1", "never-there"])
-    assert db.load_routing_entries() == {"k2": '{"session_id": "b"}'}
-    assert db.load_routing_entries("profile2") == {"k1": '{"session_id": "other-scope"}'}
-    db.delete_routing_entries([], scope="profile2")
+    assert db.load_gateway_routing_entries() == {}
+    db.save_gateway_routing_entry("k1", '{"session_id": "a"}')
+    db.save_gateway_routing_entry("k2", '{"session_id": "b"}')
+    db.save_gateway_routing_entry("k1", '{"session_id": "c"}')  # replaces
+    db.save_gateway_routing_entry("k1", '{"session_id": "other-scope"}', scope="profile2")
+    assert db.load_gateway_routing_entries() == {"k1": '{"session_id": "c"}', "k2": '{"session_id": "b"}'}
+    assert db.load_gateway_routing_entries(scope="profile2") == {"k1": '{"session_id": "other-scope"}'}
+    db.delete_gateway_routing_entries(["k1", "never-there"])
+    assert db.load_gateway_routing_entries() == {"k2": '{"session_id": "b"}'}
+    assert db.load_gateway_routing_entries(scope="profile2") == {"k1": '{"session_id": "other-scope"}'}
+    db.delete_gateway_routing_entries([], scope="profile2")
     db.close()
     again = SessionDB(db_path)
-    assert again.load_routing_entries() == {"k2": '{"session_id": "b"}'}
+    assert again.load_gateway_routing_entries() == {"k2": '{"session_id": "b"}'}
     again.close()
 
 

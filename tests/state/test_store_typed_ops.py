@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hermes._core import Append, Delete, Insert, Select, Store, Update
-from hermes.errors import ConfigError, SessionNotFoundError
+from hermes.errors import ConfigError, DatabaseLockedError, SessionNotFoundError
 
 
 @pytest.fixture
@@ -140,10 +140,12 @@ def test_columns_and_location_describe_the_open_store(store: Store, tmp_path: Pa
     again.close()
 
 
-def test_a_postgresql_url_is_refused_without_its_password(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError) as info:
-        Store("postgresql://hermes:s3cret@db.example/state")
+def test_an_unreachable_postgresql_server_is_named_without_its_password(
+        tmp_path: Path) -> None:
+    # Nothing listens on port 1 of the loopback.
+    with pytest.raises(DatabaseLockedError) as info:
+        Store("postgresql://hermes:s3cret@127.0.0.1:1/state")
     text = str(info.value)
-    assert "PostgreSQL support is not built yet" in text
-    assert "postgresql://hermes@db.example/state" in text and "s3cret" not in text
+    assert "the PostgreSQL server did not answer" in text
+    assert "postgresql://hermes@127.0.0.1:1/state" in text and "s3cret" not in text
     assert list(tmp_path.iterdir()) == []

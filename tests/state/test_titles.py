@@ -6,6 +6,8 @@ import asyncio
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hermes.errors import HermesError, InvalidTitleError, TitleInUseError
 from hermes.state import AsyncSessionDB, SessionDB
@@ -33,6 +35,24 @@ def compressed(db: SessionDB, parent: str, child: str, **columns: object) -> Non
 )
 def test_a_title_is_cleaned_before_it_is_kept(raw: str | None, clean: str | None) -> None:
     assert SessionDB.sanitize_title(raw) == clean
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(
+    st.one_of(st.characters(exclude_categories=()), st.sampled_from("\x00\t\n \u200b\u202e\ufeff\ud800")),
+    max_size=140,
+))
+def test_any_text_cleans_to_a_storable_title_once_and_for_all(raw: str) -> None:
+    try:
+        clean = SessionDB.sanitize_title(raw)
+    except InvalidTitleError:
+        return
+    if clean is None:
+        return
+    assert clean == clean.strip() and "  " not in clean and 0 < len(clean) <= 100
+    assert not any(ord(c) < 0x20 or ord(c) == 0x7F for c in clean)
+    clean.encode("utf-8")  # no lone surrogate left
+    assert SessionDB.sanitize_title(clean) == clean
 
 
 def test_a_title_too_long_is_refused_saying_the_limit(db: SessionDB) -> None:
@@ -178,3 +198,25 @@ def test_titles_and_lineage_run_as_coroutines(db: SessionDB) -> None:
         assert await adb.get_compression_tip("s1") == "s1"
 
     asyncio.run(scenario())
+
+
+def test_a_title_taken_between_the_check_and_the_write_is_refused_by_the_index(
+    db: SessionDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db.create_session("a", "cli")
+    db.create_session("b", "cli")
+    db.set_session_title("a", "shared")
+    db.set_session_title("b", "mine")
+    real_holder = db._title_holder
+    calls: list[str] = []
+
+    def racing_holder(title: str, session_id: str) -> str | None:
+        # The check before the write sees the title free, as it would in a race.
+        calls.append(title)
+        return None if len(calls) == 1 else real_holder(title, session_id)
+
+    monkeypatch.setattr(db, "_title_holder", racing_holder)
+    with pytest.raises(TitleInUseError) as info:
+        db.set_session_title("b", "shared")
+    assert info.value.holder == "a" and len(calls) == 2
+    assert (db.get_session_title("a"), db.get_session_title("b")) == ("shared", "mine")

@@ -124,7 +124,7 @@ def test_vacuum_shrinks_the_file_after_a_prune(db: SessionDB) -> None:
 
     before = size()
     assert db.prune_sessions(older_than_days=1) == 1
-    assert db.vacuum() == 0
+    assert db.vacuum() == 2  # both search indexes merged first
     assert size() < before / 4
 
 

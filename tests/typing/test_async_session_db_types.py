@@ -38,8 +38,17 @@ async def _every_result_type(adb: AsyncSessionDB) -> None:
     assert_type(await adb.list_sessions(limit=5), list[dict[str, Any]])
     assert_type(await adb.search_messages("hello"), list[dict[str, Any]])
     assert_type(await adb.has_platform_message_id("s1", "p1"), bool)
-    assert_type(await adb.load_routing_entries(), dict[str, str])
+    assert_type(await adb.load_gateway_routing_entries(), dict[str, str])
     assert_type(await adb.get_meta("k"), str | None)
+    assert_type(await adb.find_session_by_origin(platform="cli", chat_id="c"), str | None)
+    assert_type(await adb.list_gateway_sessions(), list[dict[str, Any]])
+    assert_type(await adb.bind_telegram_topic(chat_id="c", thread_id="1", user_id="u",
+                                              session_key="k", session_id="s1"), None)
+    assert_type(await adb.get_telegram_topic_binding(chat_id="c", thread_id="1"),
+                dict[str, Any] | None)
+    assert_type(await adb.delete_telegram_topic_binding(chat_id="c", thread_id="1"), int)
+    assert_type(await adb.request_handoff("s1", "telegram"), bool)
+    assert_type(await adb.get_handoff_state("s1"), dict[str, Any] | None)
 
 
 async def _wrong_arguments_are_rejected(adb: AsyncSessionDB) -> None:
@@ -47,6 +56,8 @@ async def _wrong_arguments_are_rejected(adb: AsyncSessionDB) -> None:
         await adb.get_session(1)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         await adb.list_sessions(limit="5")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        await adb.get_telegram_topic_binding("c", "1")  # type: ignore[call-arg]
 
 
 def test_coroutines_return_what_their_methods_return(tmp_path: Path) -> None:

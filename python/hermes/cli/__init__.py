@@ -14,6 +14,8 @@
     hermes sessions delete ID [--yes] [--json]
     hermes sessions prune|archive [FILTERS] [--dry-run] [--yes] [--json]
     hermes sessions stats|optimize [--json]
+    hermes doctor
+    hermes --version
 
 One module a command group (``gateway``, ``chat``, ``sessions``), each adding its parsers
 with ``add_commands``; ``output`` prints (tables, JSON, progress), ``failures`` turns every
@@ -32,7 +34,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from hermes.cli import chat, failures, gateway, sessions
+from hermes.cli import chat, coexistence, doctor, failures, gateway, sessions
 from hermes.cli.arguments import Parser
 
 __all__ = ["build_parser", "main"]
@@ -41,6 +43,9 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    note = coexistence.shadow_note()
+    if note is not None:
+        print(f"hermes: {note}", file=sys.stderr)
     try:
         args = build_parser().parse_args(argv)
         handler: Handler | None = getattr(args, "handler", None)
@@ -67,9 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Settings: $HERMES_HOME/config.yaml, overridden by environment, then flags.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what happens")
+    parser.add_argument("--version", action="version", version=doctor.version())
     parser.set_defaults(help_parser=parser)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     gateway.add_commands(commands)
     chat.add_commands(commands)
     sessions.add_commands(commands)
+    doctor.add_commands(commands)
     return parser

@@ -51,12 +51,18 @@ def gateway_config(config: HermesConfig, platform: str, extra: dict[str, Any], *
     return dataclasses.replace(gateway, platforms=platforms, state_db=config.db_path)
 
 
+def db_path(args: argparse.Namespace) -> Path:
+    """The session database of ``--db`` or the configuration."""
+    path: Path = args.db or load_config().db_path
+    return path
+
+
 def open_db(args: argparse.Namespace) -> SessionDB:
     """The session database of ``--db`` or the configuration; one that does not exist yet is
     an error (reading commands must not create an empty one)."""
     from hermes.state import SessionDB
 
-    path: Path = args.db or load_config().db_path
+    path = db_path(args)
     if not path.exists():
         raise CommandError(f"no session database at {path}; run the gateway or `hermes chat` "
                            "first, or pass --db")

@@ -11,13 +11,13 @@ import argparse
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from rich.text import Text
 
 from hermes.cli import browse, pruning, store_upkeep, transcripts
 from hermes.cli.arguments import Commands, add_db_flag, add_json_flag, count
-from hermes.cli.configuration import open_db
+from hermes.cli.configuration import db_path, open_db
 from hermes.cli.output import (
     Column,
     console,
@@ -93,10 +93,15 @@ def add_commands(commands: Commands) -> None:
 
 
 def list_sessions(args: argparse.Namespace) -> int:
-    with open_db(args) as db, progress("reading sessions"):
-        # As hermes-agent lists them: archived sessions, sub-agent runs and compression
-        # continuations hidden (a compressed conversation is one row).
-        rows = db.list_sessions_rich(source=args.source, limit=args.limit, compact_rows=True)
+    rows: list[dict[str, Any]] = []
+    # No database yet (a new $HERMES_HOME): nothing is stored, and a reading command creates
+    # no file.
+    if db_path(args).exists():
+        with open_db(args) as db, progress("reading sessions"):
+            # As hermes-agent lists them: archived sessions, sub-agent runs and compression
+            # continuations hidden (a compressed conversation is one row).
+            rows = db.list_sessions_rich(source=args.source, limit=args.limit,
+                                         compact_rows=True)
     if args.json:
         print_json(rows)
         return 0
@@ -132,8 +137,9 @@ def show_session(args: argparse.Namespace) -> int:
 
 def search_messages(args: argparse.Namespace) -> int:
     with open_db(args) as db, progress("searching"):
-        hits = db.search_messages(args.query, source=args.source, session_id=args.session,
-                                  limit=args.limit)
+        sources = [args.source] if args.source else None
+        hits = db.search_messages(args.query, source_filter=sources, limit=args.limit,
+                                  session_id=args.session)
     if args.json:
         print_json(hits)
         return 0

@@ -202,7 +202,7 @@ class SessionStore:
     def _read_entries(self, skip: set[str]) -> dict[str, SessionEntry]:
         """The database's routing entries, less the keys in ``skip``."""
         entries: dict[str, SessionEntry] = {}
-        for key, text in self._state_db.load_routing_entries(self._scope).items():
+        for key, text in self._state_db.load_gateway_routing_entries(scope=self._scope).items():
             if key in skip:
                 continue
             try:
@@ -222,7 +222,7 @@ class SessionStore:
                 entry = entries.get(key)
                 self._unsaved.discard(key)
             if entry is not None:
-                self._state_db.save_routing_entry(key, entry.to_json(), self._scope)
+                self._state_db.save_gateway_routing_entry(key, entry.to_json(), scope=self._scope)
 
     def session_key(self, source: SessionSource) -> str:
         return build_session_key(source, self._config.group_sessions_per_user,
@@ -310,7 +310,7 @@ class SessionStore:
     def _install(self, key: str, entry: SessionEntry) -> SessionEntry:
         """Write ``entry`` as the key's routing, then serve it from memory. Hold
         ``_write_lock``."""
-        self._state_db.save_routing_entry(key, entry.to_json(), self._scope)
+        self._state_db.save_gateway_routing_entry(key, entry.to_json(), scope=self._scope)
         entries = self._loaded()
         with self._lock:
             entries[key] = entry
@@ -420,7 +420,7 @@ class SessionStore:
             with self._lock:
                 entries.pop(session_key, None)
                 self._unsaved.discard(session_key)
-            self._state_db.delete_routing_entries([session_key], self._scope)
+            self._state_db.delete_gateway_routing_entries([session_key], scope=self._scope)
 
     def switch_session(self, session_key: str, session_id: str,
                        source: SessionSource) -> SessionEntry:

@@ -12,13 +12,20 @@ same methods as coroutines that run off the event loop, each declared with the
 sync method's exact signature (``get_session = offloaded(Sessions.get_session)``),
 so ``mypy --strict`` types every awaited result; ``writes_without_waiting``
 lets an event loop make a short write itself when no other writer is in the way.
-``SCHEMA_VERSION`` (the version we write) and ``SCHEMA_SQL`` (the DDL of a file we
-create) carry the names hermes-agent's module gives its own.
+``SCHEMA_VERSION`` (the version we write), ``SCHEMA_SQL`` (the DDL of a file we
+create) and ``apply_wal_with_fallback`` (WAL for a caller's own ``sqlite3`` connection)
+carry the names hermes-agent's module gives its own. So do ``time`` and ``sys``, the
+standard modules: code written against hermes-agent patches ``time.time`` and
+``sys.platform`` through this module's names.
 """
+
+import sys as sys
+import time as time
 
 from hermes._core import SCHEMA_SQL, SCHEMA_VERSION
 from hermes.state.face import Synchronous
 from hermes.state.session_db import AsyncSessionDB, SessionDB, writes_without_waiting
+from hermes.state.wal import apply_wal_with_fallback
 
 __all__ = [
     "SCHEMA_SQL",
@@ -26,5 +33,6 @@ __all__ = [
     "AsyncSessionDB",
     "SessionDB",
     "Synchronous",
+    "apply_wal_with_fallback",
     "writes_without_waiting",
 ]

@@ -28,7 +28,10 @@ class CompressionBooks(StoreFace):
             return
         self._update_session_row(
             session_id,
-            {"compression_failure_cooldown_until": cooldown_until, "compression_failure_error": error},
+            {
+                "compression_failure_cooldown_until": cooldown_until,
+                "compression_failure_error": error,
+            },
         )
 
     def get_compression_failure_cooldown(self, session_id: str) -> dict[str, Any] | None:
@@ -94,7 +97,10 @@ class CompressionBooks(StoreFace):
         }
         expired = all_of(("=", "session_id", session_id), ("<", "expires_at", now))
         _, taken = self._store.write(
-            [Delete("compression_locks", expired), Insert("compression_locks", lock, on_conflict="ignore")]
+            [
+                Delete("compression_locks", expired),
+                Insert("compression_locks", lock, on_conflict="ignore"),
+            ]
         )
         return taken == 1 or self._lock_holder(session_id, since=None) == holder
 
@@ -106,7 +112,9 @@ class CompressionBooks(StoreFace):
         if not session_id or not holder:
             return False
         now = time.time()
-        held = all_of(("=", "session_id", session_id), ("=", "holder", holder), (">=", "expires_at", now))
+        held = all_of(
+            ("=", "session_id", session_id), ("=", "holder", holder), (">=", "expires_at", now)
+        )
         [renewed] = self._store.write(
             [Update("compression_locks", held, {"expires_at": now + ttl_seconds})]
         )

@@ -11,12 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    ParamSpec,
+    TypeVar,
+    overload,
+)
 
-from hermes._core import SessionNotFoundError, Store, Update
+from typing_extensions import Self
+
+from hermes._core import Append, Delete, Insert, SessionNotFoundError, Store, Update
 from hermes.paths import state_db_path
 
 if TYPE_CHECKING:
@@ -46,11 +57,22 @@ class StoreFace:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.db_path)!r}, synchronous={self.synchronous!r})"
 
-    def __enter__(self: _Face) -> _Face:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def apply(self, ops: Iterable[Insert | Update | Delete | Append]) -> list[int]:
+        """Runs typed write operations (``hermes._core.Insert``, ``Update``, ``Delete``,
+        ``Append``) in one transaction, all or none; returns the rows each wrote.
+
+        For a caller that must write several rows atomically in a way no method offers
+        (an API creating a session and its first messages, refused if the id is taken):
+        names are checked against the open store's columns, and the counters and search
+        index stay in step as with every other write.
+        """
+        return self._store.write(ops)
 
     def close(self) -> None:
         """Closes the file; later calls raise DatabaseClosedError."""
@@ -71,18 +93,6 @@ class StoreFace:
                 "Create it first with create_session()."
             )
         return changed
-
-
-class AsyncFace:
-    """The synchronous DB an :class:`~hermes.state.AsyncSessionDB` runs its calls on."""
-
-    def __init__(self, db: StoreFace) -> None:
-        self._db = db
-
-    @property
-    def sync(self) -> StoreFace:
-        """The wrapped synchronous DB."""
-        return self._db
 
 
 class offloaded(Generic[_P, _R]):
@@ -134,6 +144,20 @@ def all_of(*filters: Filter) -> Filter:
 def any_of(*filters: Filter) -> Filter:
     """The store's filter matching the rows any one of ``filters`` matches."""
     return ("or", filters)
+
+
+class AsyncFace:
+    """The synchronous DB an :class:`~hermes.state.AsyncSessionDB` runs its calls on."""
+
+    def __init__(self, db: StoreFace) -> None:
+        self._db = db
+
+    @property
+    def sync(self) -> StoreFace:
+        """The wrapped synchronous DB."""
+        return self._db
+
+    apply = offloaded(StoreFace.apply)
 
 
 def epoch(value: float | datetime) -> float:

@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from hermes._core import Delete, Insert
 from hermes.state.face import AsyncFace, StoreFace, offloaded
 
-_TABLE: Final[Literal["hermes_responses"]] = "hermes_responses"
+_TABLE: Final = "hermes_responses"
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from hermes._core import Delete, Insert, Select, Update
 from hermes.state.face import AsyncFace, StoreFace, all_of, any_of, check_page, epoch, offloaded
+from hermes.state.upkeep import remove_session_files
 
 if TYPE_CHECKING:
     from hermes._core import _Filter as Filter
@@ -20,13 +21,6 @@ _RECOVERABLE_END_REASONS = ("agent_close", "ws_orphan_reap")
 _GHOST_AGE = 86400.0
 #: A compression continuation that never made an API call this long is an orphan.
 _ORPHAN_AGE = 7 * 86400.0
-_TOKEN_COLUMNS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "reasoning_tokens",
-)
 
 
 class Sessions(StoreFace):
@@ -234,26 +228,26 @@ class Sessions(StoreFace):
         same transaction.
         """
         now = time.time()
-        tokens = dict(
-            zip(
-                _TOKEN_COLUMNS,
-                (input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens),
-                strict=True,
-            )
+        tokens = _token_columns(
+            input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens
         )
-        accounted = bool(any(tokens.values()) or api_call_count or estimated_cost_usd or actual_cost_usd)
-        session = self.get_session(session_id)
+        accounted = bool(
+            any(tokens.values()) or api_call_count or estimated_cost_usd or actual_cost_usd
+        )
         this: Filter = ("=", "id", session_id)
         ops: list[Insert | Update] = [
-            Insert("sessions", _fresh_session(session_id, now, model=model), on_conflict="fill_nulls")
+            Insert(
+                "sessions", _fresh_session(session_id, now, model=model), on_conflict="fill_nulls"
+            )
         ]
         if accounted and model and billing_provider:
             first_call = any_of(("is null", "api_call_count"), ("=", "api_call_count", 0))
             other_route = any_of(
-                    ("is null", "model"),
-                    ("!=", "model", model),
-                    ("is null", "billing_provider"),
-                    ("!=", "billing_provider", billing_provider))
+                ("is null", "model"),
+                ("!=", "model", model),
+                ("is null", "billing_provider"),
+                ("!=", "billing_provider", billing_provider),
+            )
             route = {
                 "model": model,
                 "billing_provider": billing_provider,
@@ -304,7 +298,8 @@ class Sessions(StoreFace):
                 added["actual_cost_usd"] = float(actual_cost_usd)
             ops.append(Update("sessions", this, latest or None, add=added, fill_nulls=fill or None))
             if any(tokens.values()) or api_call_count or estimated_cost_usd:
-                known = session or {}
+                given = (model, billing_provider, billing_base_url, billing_mode)
+                known = {} if all(given) else self._session_route(session_id)
                 ops += _model_usage(
                     session_id,
                     now,
@@ -320,6 +315,15 @@ class Sessions(StoreFace):
                     latest={k: v for k, v in latest.items() if k != "pricing_version"},
                 )
         self._store.write(ops)
+
+    def _session_route(self, session_id: str) -> dict[str, Any]:
+        """The session's model and billing route (empty without the session)."""
+        rows = self._store.query(
+            "sessions",
+            columns=["model", "billing_provider", "billing_base_url", "billing_mode"],
+            where=("=", "id", session_id),
+        )
+        return rows[0] if rows else {}
 
     def record_auxiliary_usage(
         self,
@@ -344,12 +348,8 @@ class Sessions(StoreFace):
         if not session_id or not task:
             return
         now = time.time()
-        counts = dict(
-            zip(
-                _TOKEN_COLUMNS,
-                (input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens),
-                strict=True,
-            )
+        counts = _token_columns(
+            input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens
         )
         self._store.write(
             [
@@ -357,7 +357,13 @@ class Sessions(StoreFace):
                 *_model_usage(
                     session_id,
                     now,
-                    route=(model or "unknown", billing_provider or "", billing_base_url or "", "", task),
+                    route=(
+                        model or "unknown",
+                        billing_provider or "",
+                        billing_base_url or "",
+                        "",
+                        task,
+                    ),
                     counts={**counts, "api_call_count": 1},
                     costs=(estimated_cost_usd, None),
                     latest={},
@@ -370,18 +376,18 @@ class Sessions(StoreFace):
         over a day ago; and their transcript files in ``sessions_dir`` if given. Returns
         how many sessions it deleted."""
         ghost = all_of(
-                ("=", "source", "tui"),
-                ("is null", "title"),
-                ("is not null", "ended_at"),
-                ("<", "started_at", time.time() - _GHOST_AGE),
-                ("not", ("in", "id", Select("messages", "session_id"))))
+            ("=", "source", "tui"),
+            ("is null", "title"),
+            ("is not null", "ended_at"),
+            ("<", "started_at", time.time() - _GHOST_AGE),
+            ("not", ("in", "id", Select("messages", "session_id"))),
+        )
         ids = [row["id"] for row in self._store.query("sessions", columns=["id"], where=ghost)]
         if not ids:
             return 0
         [deleted] = self._store.write([Delete("sessions", all_of(ghost, ("in", "id", ids)))])
-        if sessions_dir is not None:
-            for session_id in ids:
-                remove_session_files(Path(sessions_dir), session_id)
+        for session_id in ids:
+            remove_session_files(sessions_dir, session_id)
         return deleted
 
     def finalize_orphaned_compression_sessions(self) -> int:
@@ -390,14 +396,21 @@ class Sessions(StoreFace):
         compression, with messages but no API call and never ended. Returns how many."""
         compressed = all_of(("=", "end_reason", "compression"), ("is not null", "ended_at"))
         orphan = all_of(
-                ("=", "api_call_count", 0),
-                ("is null", "end_reason"),
-                ("is null", "ended_at"),
-                ("<", "started_at", time.time() - _ORPHAN_AGE),
-                ("in", "parent_session_id", Select("sessions", "id", compressed)),
-                ("in", "id", Select("messages", "session_id")))
+            ("=", "api_call_count", 0),
+            ("is null", "end_reason"),
+            ("is null", "ended_at"),
+            ("<", "started_at", time.time() - _ORPHAN_AGE),
+            ("in", "parent_session_id", Select("sessions", "id", compressed)),
+            ("in", "id", Select("messages", "session_id")),
+        )
         [ended] = self._store.write(
-            [Update("sessions", orphan, {"ended_at": time.time(), "end_reason": "orphaned_compression"})]
+            [
+                Update(
+                    "sessions",
+                    orphan,
+                    {"ended_at": time.time(), "end_reason": "orphaned_compression"},
+                )
+            ]
         )
         return ended
 
@@ -433,6 +446,23 @@ class AsyncSessions(AsyncFace):
         Sessions.finalize_orphaned_compression_sessions
     )
     list_sessions = offloaded(Sessions.list_sessions)
+
+
+def _token_columns(
+    input_tokens: int,
+    output_tokens: int,
+    cache_read_tokens: int,
+    cache_write_tokens: int,
+    reasoning_tokens: int,
+) -> dict[str, int]:
+    """One call's token counts by the column names of sessions and session_model_usage."""
+    return {
+        "input_tokens": input_tokens or 0,
+        "output_tokens": output_tokens or 0,
+        "cache_read_tokens": cache_read_tokens or 0,
+        "cache_write_tokens": cache_write_tokens or 0,
+        "reasoning_tokens": reasoning_tokens or 0,
+    }
 
 
 def _fresh_session(session_id: str, now: float, **columns: Any) -> dict[str, Any]:
@@ -472,22 +502,10 @@ def _model_usage(
     }
     this_row = all_of(*[("=", column, value) for column, value in key.items()])
     return [
-        Insert("session_model_usage", {**key, "first_seen": now, "last_seen": now}, on_conflict="ignore"),
+        Insert(
+            "session_model_usage",
+            {**key, "first_seen": now, "last_seen": now},
+            on_conflict="ignore",
+        ),
         Update("session_model_usage", this_row, {"last_seen": now, **latest}, add=added),
     ]
-
-
-def remove_session_files(sessions_dir: Path, session_id: str) -> None:
-    """Deletes a session's transcript files in ``sessions_dir`` (``<id>.json``, ``<id>.jsonl``,
-    the gateway's ``request_dump_<id>_*.json``) if there are any. A file that cannot be
-    deleted is left: the database, already changed, is what counts."""
-    candidates = [sessions_dir / f"{session_id}{suffix}" for suffix in (".json", ".jsonl")]
-    try:
-        candidates += sessions_dir.glob(f"request_dump_{session_id}_*.json")
-    except OSError:
-        pass
-    for path in candidates:
-        try:
-            path.unlink(missing_ok=True)
-        except OSError:
-            pass

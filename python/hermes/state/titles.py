@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from hermes._core import StateDbError, Update
 from hermes.errors import InvalidTitleError, TitleInUseError
 from hermes.state.face import AsyncFace, StoreFace, all_of, any_of, offloaded
+from hermes.state.listing import like_escape
+from hermes.text import valid_text
 
 if TYPE_CHECKING:
     from hermes._core import _Filter as Filter
-from hermes.text import valid_text
 
 # C0 controls but tab, newline and carriage return (whitespace, collapsed below), and DEL.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -27,12 +28,15 @@ _MAX_CHAIN = 100
 # How far a resume follows the newest children looking for the latest messages.
 _MAX_RESUME_WALK = 32
 # What a continuation candidate is ranked by.
-_CHILD_COLUMNS = ["id", "source", "model_config", "end_reason", "ended_at", "started_at", "last_active"]
-
-
-def like_literal(text: str) -> str:
-    """``text`` as a LIKE pattern that matches only itself (``%``, ``_`` and ``\\`` escaped)."""
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+_CHILD_COLUMNS = [
+    "id",
+    "source",
+    "model_config",
+    "end_reason",
+    "ended_at",
+    "started_at",
+    "last_active",
+]
 
 
 class Titles(StoreFace):
@@ -54,8 +58,7 @@ class Titles(StoreFace):
             return None
         if len(cleaned) > Titles.MAX_TITLE_LENGTH:
             raise InvalidTitleError(
-                f"Title too long ({len(cleaned)} chars, max {Titles.MAX_TITLE_LENGTH}); "
-                "shorten it"
+                f"Title too long ({len(cleaned)} chars, max {Titles.MAX_TITLE_LENGTH}); shorten it"
             )
         return cleaned
 
@@ -116,7 +119,9 @@ class Titles(StoreFace):
         chain: list[str] = []
         current = session_id
         for _ in range(_MAX_CHAIN):
-            rows = self._store.query("sessions", columns=["parent_session_id"], where=("=", "id", current))
+            rows = self._store.query(
+                "sessions", columns=["parent_session_id"], where=("=", "id", current)
+            )
             parent = rows[0]["parent_session_id"] if rows else None
             if not parent or parent in chain or parent == session_id:
                 break
@@ -147,7 +152,7 @@ class Titles(StoreFace):
         numbered = self._store.query(
             "sessions",
             columns=["id"],
-            where=("like", "title", f"{like_literal(title)} #%"),
+            where=("like", "title", f"{like_escape(title)} #%"),
             order_by=["-started_at", "-id"],
             limit=1,
         )
@@ -162,7 +167,7 @@ class Titles(StoreFace):
         A numbered ``base_title`` counts from its base."""
         numbered = _NUMBERED.match(base_title)
         base = numbered.group(1) if numbered else base_title
-        lineage = any_of(("=", "title", base), ("like", "title", f"{like_literal(base)} #%"))
+        lineage = any_of(("=", "title", base), ("like", "title", f"{like_escape(base)} #%"))
         taken = self._store.query("sessions", columns=["title"], where=lineage)
         if not taken:
             return base
@@ -173,7 +178,6 @@ class Titles(StoreFace):
                 highest = max(highest, int(number.group(2)))
         return f"{base} #{highest + 1}"
 
-
     def resolve_session_id(self, session_id_or_prefix: str) -> str | None:
         """The id itself if there is such a session, else the one session whose id starts
         with it; None when none does or several do."""
@@ -182,7 +186,7 @@ class Titles(StoreFace):
         rows = self._store.query(
             "sessions",
             columns=["id"],
-            where=("like", "id", f"{like_literal(session_id_or_prefix)}%"),
+            where=("like", "id", f"{like_escape(session_id_or_prefix)}%"),
             order_by=["-started_at"],
             limit=2,
         )
@@ -208,7 +212,9 @@ class Titles(StoreFace):
                 return current
             # Stable sorts: the last key is the first one.
             continuing.sort(key=lambda c: str(c["id"]), reverse=True)
-            continuing.sort(key=lambda c: (_continuation_rank(c), -c["last_active"], -c["started_at"]))
+            continuing.sort(
+                key=lambda c: (_continuation_rank(c), -c["last_active"], -c["started_at"])
+            )
             tip = str(continuing[0]["id"])
             if tip in seen:
                 return current
@@ -228,7 +234,9 @@ class Titles(StoreFace):
             return [session_id]
         root = session
         ancestors = {root["id"]}
-        while (parent := self._compression_parent(root)) is not None and parent["id"] not in ancestors:
+        while (parent := self._compression_parent(root)) is not None and parent[
+            "id"
+        ] not in ancestors:
             root = parent
             ancestors.add(root["id"])
         lineage = [str(root["id"])]
@@ -251,7 +259,9 @@ class Titles(StoreFace):
         root = session_id
         seen = {root}
         for _ in range(_MAX_CHAIN):
-            rows = self._store.query("sessions", columns=["parent_session_id"], where=("=", "id", root))
+            rows = self._store.query(
+                "sessions", columns=["parent_session_id"], where=("=", "id", root)
+            )
             parent = rows[0]["parent_session_id"] if rows else None
             if not parent or parent in seen:
                 break
@@ -269,7 +279,9 @@ class Titles(StoreFace):
         current, holding = start, None
         seen = {current}
         for _ in range(_MAX_RESUME_WALK):
-            if self._store.query("messages", columns=["id"], where=("=", "session_id", current), limit=1):
+            if self._store.query(
+                "messages", columns=["id"], where=("=", "session_id", current), limit=1
+            ):
                 holding = current
             children = self._store.query(
                 "sessions",

@@ -3,9 +3,8 @@
 //! their checks, group commit, the batch policy, own-append counts.
 //!
 //! Nothing in this layer names a database library: `sqlite/` is the SQLite
-//! backend (the only one today); a PostgreSQL backend goes beside it in
-//! `postgres/`, implements [`Backend`], and is picked by [`open`] from a
-//! `postgresql://` location.
+//! backend, `postgres/` (the `postgres` feature) the PostgreSQL one, picked
+//! by [`open`] from a `postgresql://` location.
 
 mod backoff;
 pub mod batch;
@@ -14,8 +13,11 @@ mod group_commit;
 mod helper_threads;
 mod location;
 mod own_appends;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod query;
 mod relation;
+pub mod search;
 pub mod sqlite;
 #[cfg(test)]
 mod test_support;
@@ -26,7 +28,10 @@ pub use location::{Location, Target};
 pub use own_appends::OwnAppends;
 pub use query::{Cmp, Derived, Filter, Order, Query, Term};
 pub use relation::Relation;
-pub use write::{Assign, Delete, Insert, NoMatch, OnConflict, Update, WriteOp, WriteOut};
+pub use search::{Search, SearchOrder};
+pub use write::{
+    Assign, Delete, IndexUpkeep, Insert, NoMatch, OnConflict, Update, WriteOp, WriteOut,
+};
 
 use std::ffi::OsStr;
 use std::sync::{LockResult, Mutex, MutexGuard, PoisonError};
@@ -86,8 +91,12 @@ impl Default for Options {
 pub fn open(location: &OsStr, options: Options) -> Result<Box<dyn Backend>> {
     match Target::of(location) {
         Target::File(path) => Ok(Box::new(sqlite::SqliteBackend::open(path, options)?)),
+        #[cfg(feature = "postgres")]
+        Target::Postgres(url) => Ok(Box::new(postgres::PgBackend::open(url, options)?)),
+        #[cfg(not(feature = "postgres"))]
         Target::Postgres(url) => Err(Error::Config(format!(
-            "{}: PostgreSQL support is not built yet; point the store at a state.db file path",
+            "{}: this build has no PostgreSQL support (the `postgres` feature); point the \
+             store at a state.db file path",
             Location::server(url)
         ))),
         Target::UnknownScheme(url) => Err(Error::Config(format!(
@@ -153,8 +162,9 @@ pub trait Backend: Send + Sync {
     /// statistics, SQLite would search a source's sessions by its index and
     /// sort them all; this walks the start-time index and stops at the page.
     fn list_sessions(&self, page: &Page) -> Result<Table>;
-    /// Full-text search, with the query syntax of SQLite's FTS5.
-    fn search(&self, query: &str, page: &Page) -> Result<Table>;
+    /// Messages matching a search as a person types it (`store::search`),
+    /// best match first unless ordered by time.
+    fn search(&self, search: &Search) -> Result<Table>;
     fn has_platform_message_id(&self, session_id: &str, platform_message_id: &str) -> Result<bool>;
     /// Gives the space of deleted rows back to the file system (SQLite: a
     /// truncating WAL checkpoint, `VACUUM`, another checkpoint), between writes.
@@ -167,22 +177,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_postgresql_url_is_refused_clearly_without_its_password() {
-        for url in ["postgresql://u:secret@h/db", "mysql://u:secret@h/db"] {
+    fn a_server_url_that_cannot_be_served_is_refused_clearly_without_its_password() {
+        let refused = |url: &str| {
             let err = open(OsStr::new(url), Options::default()).err().unwrap();
             let text = err.to_string();
-            assert!(matches!(err, Error::Config(_)), "{err:?}");
-            assert!(text.starts_with("postgresql://u@h/db") || text.starts_with("mysql://u@h/db"));
             assert!(!text.contains("secret"), "{text}");
+            (err, text)
+        };
+        let (err, text) = refused("mysql://u:secret@h/db");
+        assert!(matches!(err, Error::Config(_)), "{err:?}");
+        assert!(text.starts_with("mysql://u@h/db"), "{text}");
+        // Nothing listens on port 1: the server's absence is said, not the password.
+        let (_, text) = refused("postgresql://u:secret@127.0.0.1:1/db");
+        assert!(text.starts_with("postgresql://u@127.0.0.1:1/db"), "{text}");
+        if cfg!(feature = "postgres") {
+            assert!(text.contains("did not answer"), "{text}");
+        } else {
+            assert!(text.contains("no PostgreSQL support"), "{text}");
         }
-        let err = open(OsStr::new("postgresql://h/db"), Options::default())
-            .err()
-            .unwrap();
-        assert!(
-            err.to_string()
-                .contains("PostgreSQL support is not built yet"),
-            "{err}"
-        );
     }
 
     #[test]

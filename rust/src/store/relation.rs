@@ -16,19 +16,23 @@ pub enum Relation {
     StateMeta,
     CompressionLocks,
     SessionModelUsage,
+    TelegramTopicModes,
+    TelegramTopicBindings,
     /// Ours: the api_server's stored `/v1/responses` answers (hermes-agent keeps
     /// them in a file of their own; it never reads or writes this table).
     Responses,
 }
 
 impl Relation {
-    pub const ALL: [Relation; 7] = [
+    pub const ALL: [Relation; 9] = [
         Relation::Sessions,
         Relation::Messages,
         Relation::GatewayRouting,
         Relation::StateMeta,
         Relation::CompressionLocks,
         Relation::SessionModelUsage,
+        Relation::TelegramTopicModes,
+        Relation::TelegramTopicBindings,
         Relation::Responses,
     ];
 
@@ -41,6 +45,8 @@ impl Relation {
             Relation::StateMeta => "state_meta",
             Relation::CompressionLocks => "compression_locks",
             Relation::SessionModelUsage => "session_model_usage",
+            Relation::TelegramTopicModes => "telegram_dm_topic_mode",
+            Relation::TelegramTopicBindings => "telegram_dm_topic_bindings",
             Relation::Responses => "hermes_responses",
         }
     }
@@ -74,6 +80,8 @@ impl Relation {
                 "billing_mode",
                 "task",
             ],
+            Relation::TelegramTopicModes => &["chat_id"],
+            Relation::TelegramTopicBindings => &["chat_id", "thread_id"],
         }
     }
 
@@ -88,6 +96,8 @@ impl Relation {
             | Relation::StateMeta
             | Relation::CompressionLocks
             | Relation::SessionModelUsage
+            | Relation::TelegramTopicModes
+            | Relation::TelegramTopicBindings
             | Relation::Responses => &[],
         }
     }

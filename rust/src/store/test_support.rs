@@ -21,6 +21,8 @@ pub fn columns() -> Columns {
             Relation::StateMeta => vec!["key", "value"],
             Relation::CompressionLocks => vec!["session_id", "holder", "expires_at"],
             Relation::SessionModelUsage => vec!["session_id", "model", "input_tokens"],
+            Relation::TelegramTopicModes => vec!["chat_id", "user_id", "enabled"],
+            Relation::TelegramTopicBindings => vec!["chat_id", "thread_id", "session_id"],
             Relation::Responses => vec!["id", "caller", "response_json"],
         }
         .into_iter()

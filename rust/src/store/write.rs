@@ -30,6 +30,19 @@ pub enum WriteOp {
     Delete(Delete),
     /// Several writes in order, all or none: one failing fails them all.
     Transaction(Vec<WriteOp>),
+    /// Upkeep of every search index the store has; returns how many
+    /// (`WriteOut::Rows`).
+    SearchIndex(IndexUpkeep),
+}
+
+/// What is done to the search indexes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexUpkeep {
+    /// Merges each index into one segment: smaller and faster, same results.
+    Optimize,
+    /// Indexes every message afresh, from the messages themselves (the
+    /// recovery for a damaged index).
+    Rebuild,
 }
 
 /// One row of named columns. Its key columns decide what it conflicts with.

@@ -216,5 +216,4 @@ class APIServerAdapter(BasePlatformAdapter):
 
 def _counts(store: SessionStore) -> tuple[int, int]:
     db = store.state_db
-    # TODO([H]): use SessionDB.session_count
-    return db._store.count("sessions"), db.response_count()
+    return db.session_count(include_archived=True), db.response_count()

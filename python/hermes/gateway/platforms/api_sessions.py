@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from hermes._core import Append, Delete, Insert, Update
+from hermes._core import Append, Insert
 from hermes.errors import StateDbError
 from hermes.gateway.client_turn import ClientTurn, TurnReport, caller_chat
 from hermes.gateway.commands import MAX_TITLE_LENGTH
@@ -181,7 +181,7 @@ class SessionsRoutes:
     async def _list(self, request: web.Request) -> web.Response:
         store, chat, _ = await self._caller(request)
         limit, offset = _page(request)
-        # TODO([H]): use SessionDB.list_sessions_rich (a chat_id filter, limit and offset)
+        # The store's listings have no filter on the caller's tag: walk and keep its own.
         rows = await store.call(lambda s: recent_sessions(
             s.state_db, lambda row: _visible(row, chat), source=Platform.API_SERVER.value,
             limit=offset + limit + 1))
@@ -241,7 +241,7 @@ class SessionsRoutes:
         store, _, _, session = await self._owned(request)
         limit, offset = _page(request)
         session_id = session["id"]
-        # TODO([H]): use SessionDB.get_messages with limit and offset
+        # session_meta rows are left out before paging, so the page is cut here.
         rows = [m for m in await store.call(lambda s: s.state_db.get_messages(session_id))
                 if m.get("role") != "session_meta"]
         page = rows[offset:offset + limit]
@@ -332,8 +332,7 @@ def _create_session(store: SessionStore, source: SessionSource, row: dict[str, A
     if messages:
         ops.append(Append(session_id, messages))
     try:
-        # TODO([H]): use SessionDB.create_session refusing a taken id or title
-        db._store.write(ops)
+        db.apply(ops)
     except StateDbError as exc:
         if db.get_session(session_id) is not None:
             raise RequestError(409, f"a session {session_id!r} exists already; choose another "
@@ -363,13 +362,7 @@ def _update_session(store: SessionStore, session_id: str, changes: dict[str, Any
 def _delete_session(store: SessionStore, source: SessionSource, session_id: str) -> None:
     """The session's messages and row, its children unlinked, in one transaction; then its
     routing, so a later turn naming it finds nothing."""
-    # TODO([H]): use SessionDB.delete_session
-    store.state_db._store.write([
-        Update("sessions", ("=", "parent_session_id", session_id),
-               {"parent_session_id": None}),
-        Delete("messages", ("=", "session_id", session_id)),
-        Delete("sessions", ("=", "id", session_id)),
-    ])
+    store.state_db.delete_session(session_id)
     store.forget_session(store.session_key(source))
 
 

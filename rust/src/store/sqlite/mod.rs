@@ -36,8 +36,8 @@ use rusqlite::Connection;
 use super::batch::Patience;
 use super::columns::Columns;
 use super::{
-    lock, Backend, Filter, GroupCommit, Location, OwnAppends, Page, Query, Relation, WriteOp,
-    WriteOut,
+    lock, Backend, Filter, GroupCommit, Location, OwnAppends, Page, Query, Relation, Search,
+    WriteOp, WriteOut,
 };
 use crate::error::{Error, Result};
 use crate::model::Table;
@@ -47,6 +47,9 @@ use indexer::Indexer;
 use open::FileId;
 
 pub use schema::{ensure as ensure_schema, schema_sql};
+/// The v22 tables and indexes in SQLite's dialect, which the PostgreSQL backend translates.
+#[cfg(feature = "postgres")]
+pub(crate) use schema::{INDEXES as SCHEMA_INDEXES, TABLES as SCHEMA_TABLES};
 
 /// The SQLite library's version (bundled with the core).
 pub fn version() -> &'static str {
@@ -180,8 +183,8 @@ impl Backend for SqliteBackend {
         self.newest_sessions(page)
     }
 
-    fn search(&self, query: &str, page: &Page) -> Result<Table> {
-        self.search_messages(query, page)
+    fn search(&self, search: &Search) -> Result<Table> {
+        self.search_messages(search)
     }
 
     fn has_platform_message_id(&self, session_id: &str, platform_message_id: &str) -> Result<bool> {

@@ -5,17 +5,22 @@
 //! either program can open a file the other wrote. The DDL is ours.
 //! Deliberate differences, each something hermes-agent adds itself (and
 //! fills) the first time it opens one of our files:
-//! * we create only the word index `messages_fts`, not the trigram index;
 //! * we create neither of its session-by-timestamp indexes on `messages`
 //!   (`idx_messages_session`, `idx_messages_session_active`): nothing of ours
 //!   reads through them, and each costs every flush one to five more pages
 //!   to write and fsync. Where they exist, SQLite maintains them as usual.
+//!
+//! One difference the other way: we create the Telegram topic-mode tables
+//! (`telegram_dm_topic_mode`, `telegram_dm_topic_bindings`) with the file, where
+//! hermes-agent creates them at a chat's first `/topic`. They are its version-2
+//! tables, which its opt-in migration then finds and keeps.
 
 use rusqlite::Connection;
 
+use super::search_index::INDEXED_TEXT;
 use crate::model::SCHEMA_VERSION;
 
-const TABLES: &str = r#"
+pub(crate) const TABLES: &str = r#"
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
 
 CREATE TABLE IF NOT EXISTS sessions (
@@ -124,6 +129,32 @@ CREATE TABLE IF NOT EXISTS gateway_routing (
     PRIMARY KEY (scope, session_key)
 );
 
+-- Telegram DM topic mode, as hermes-agent's opt-in migration (its version 2) creates it.
+CREATE TABLE IF NOT EXISTS telegram_dm_topic_mode (
+    chat_id TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    enabled INTEGER NOT NULL DEFAULT 1,
+    activated_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    has_topics_enabled INTEGER,
+    allows_users_to_create_topics INTEGER,
+    capability_checked_at REAL,
+    intro_message_id TEXT,
+    pinned_message_id TEXT
+);
+
+CREATE TABLE IF NOT EXISTS telegram_dm_topic_bindings (
+    chat_id TEXT NOT NULL,
+    thread_id TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    session_key TEXT NOT NULL,
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    managed_mode TEXT NOT NULL DEFAULT 'auto',
+    linked_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (chat_id, thread_id)
+);
+
 -- Ours (hermes-agent neither reads nor writes it): the api_server's stored
 -- /v1/responses answers, each with the conversation a response chained from
 -- it continues (conversation_json), owned by the caller that created it.
@@ -166,7 +197,7 @@ CREATE TABLE IF NOT EXISTS async_delegations (
 );
 "#;
 
-const INDEXES: &str = r#"
+pub(crate) const INDEXES: &str = r#"
 CREATE INDEX IF NOT EXISTS idx_sessions_source ON sessions(source);
 CREATE INDEX IF NOT EXISTS idx_sessions_source_id ON sessions(source, id);
 CREATE INDEX IF NOT EXISTS idx_sessions_parent ON sessions(parent_session_id);
@@ -183,6 +214,10 @@ CREATE INDEX IF NOT EXISTS idx_sessions_session_key ON sessions(session_key, sta
 CREATE INDEX IF NOT EXISTS idx_sessions_gateway_peer
     ON sessions(source, user_id, chat_id, chat_type, thread_id, started_at DESC);
 CREATE INDEX IF NOT EXISTS idx_sessions_handoff_state ON sessions(handoff_state, started_at);
+CREATE UNIQUE INDEX IF NOT EXISTS idx_telegram_dm_topic_bindings_session
+    ON telegram_dm_topic_bindings(session_id);
+CREATE INDEX IF NOT EXISTS idx_telegram_dm_topic_bindings_user
+    ON telegram_dm_topic_bindings(user_id, chat_id);
 CREATE UNIQUE INDEX IF NOT EXISTS idx_sessions_title_unique ON sessions(title) WHERE title IS NOT NULL;
 -- Ours, in place of hermes-agent's two (session_id, [active,] timestamp)
 -- indexes (see the module doc): entries end with the rowid, so a session's
@@ -190,7 +225,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS idx_sessions_title_unique ON sessions(title) W
 CREATE INDEX IF NOT EXISTS idx_messages_session_order ON messages(session_id, active);
 "#;
 
-/// The word index over content, tool name and tool calls, kept in sync by
+/// The word index over content, tool name and tool calls, and hermes-agent's
+/// trigram index over the same text (for CJK search), kept in sync by
 /// triggers for every writer. Our own writer connection runs with triggers
 /// disabled and indexes its rows itself with the insert trigger's text,
 /// set-based, right after the commit (`search_index.rs`); it never
@@ -217,6 +253,23 @@ CREATE TRIGGER IF NOT EXISTS messages_fts_update AFTER UPDATE ON messages BEGIN
         COALESCE(new.content, '') || ' ' || COALESCE(new.tool_name, '') || ' ' || COALESCE(new.tool_calls, ''));
 END;
 
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts_trigram USING fts5(content, tokenize='trigram');
+
+CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_insert AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts_trigram(rowid, content) VALUES (new.id,
+        COALESCE(new.content, '') || ' ' || COALESCE(new.tool_name, '') || ' ' || COALESCE(new.tool_calls, ''));
+END;
+
+CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_delete AFTER DELETE ON messages BEGIN
+    DELETE FROM messages_fts_trigram WHERE rowid = old.id;
+END;
+
+CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_update AFTER UPDATE ON messages BEGIN
+    DELETE FROM messages_fts_trigram WHERE rowid = old.id;
+    INSERT INTO messages_fts_trigram(rowid, content) VALUES (new.id,
+        COALESCE(new.content, '') || ' ' || COALESCE(new.tool_name, '') || ' ' || COALESCE(new.tool_calls, ''));
+END;
+
 CREATE TABLE IF NOT EXISTS hermes_fts_pending (
     first_id INTEGER NOT NULL,
     last_id INTEGER NOT NULL
@@ -234,7 +287,16 @@ pub fn ensure(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(TABLES)?;
     add_missing_columns(conn)?;
     conn.execute_batch(INDEXES)?;
+    let had_trigrams = conn
+        .prepare("SELECT 1 FROM sqlite_master WHERE name = 'messages_fts_trigram'")?
+        .exists([])?;
     conn.execute_batch(FTS)?;
+    if !had_trigrams {
+        // A file from before the trigram index: index its messages now.
+        conn.execute_batch(&format!(
+            "INSERT INTO messages_fts_trigram(rowid, content) SELECT id, {INDEXED_TEXT} FROM messages"
+        ))?;
+    }
     let version: Option<i64> = conn
         .query_row("SELECT version FROM schema_version LIMIT 1", [], |r| {
             r.get(0)

@@ -21,6 +21,8 @@
 use rusqlite::config::DbConfig;
 use rusqlite::Connection;
 
+use crate::store::IndexUpkeep;
+
 /// Index tables kept by an insert trigger, and the trigger's name.
 const KNOWN_INDEXES: [(&str, &str); 2] = [
     ("messages_fts", "messages_fts_insert"),
@@ -40,7 +42,7 @@ const KNOWN_TRIGGERS: [&str; 6] = [
 pub const INDEXED_COLUMNS: [&str; 3] = ["content", "tool_name", "tool_calls"];
 
 /// The text the insert triggers index for a `messages` row.
-const INDEXED_TEXT: &str =
+pub const INDEXED_TEXT: &str =
     "COALESCE(content, '') || ' ' || COALESCE(tool_name, '') || ' ' || COALESCE(tool_calls, '')";
 
 /// Most rows one background indexer transaction takes, so that a write
@@ -236,6 +238,48 @@ impl IndexPlan {
     }
 }
 
+/// Runs `upkeep` on every search index in the file, inside the caller's write
+/// transaction; returns how many indexes it ran on.
+pub fn upkeep(conn: &Connection, upkeep: IndexUpkeep) -> rusqlite::Result<u64> {
+    let mut done = 0;
+    for (table, _) in KNOWN_INDEXES {
+        let present = conn
+            .prepare_cached("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1")?
+            .exists([table])?;
+        if !present {
+            continue;
+        }
+        match upkeep {
+            IndexUpkeep::Optimize => {
+                conn.execute(
+                    &format!("INSERT INTO {table}({table}) VALUES ('optimize')"),
+                    [],
+                )?;
+            }
+            IndexUpkeep::Rebuild => {
+                conn.execute(&format!("DELETE FROM {table}"), [])?;
+                conn.execute(
+                    &format!("INSERT INTO {table}(rowid, content) SELECT id, {INDEXED_TEXT} FROM messages"),
+                    [],
+                )?;
+            }
+        }
+        done += 1;
+    }
+    if upkeep == IndexUpkeep::Rebuild {
+        let pending = conn
+            .prepare_cached(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'hermes_fts_pending'",
+            )?
+            .exists([])?;
+        if pending {
+            // Every message is indexed now.
+            conn.execute("DELETE FROM hermes_fts_pending", [])?;
+        }
+    }
+    Ok(done)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_support::*;
@@ -287,11 +331,7 @@ mod tests {
         let other = Connection::open(dir.path().join("state.db")).unwrap();
         other
             .execute_batch(
-                "CREATE VIRTUAL TABLE messages_fts_trigram USING fts5(content, tokenize='trigram');
-                 CREATE TRIGGER messages_fts_trigram_insert AFTER INSERT ON messages BEGIN
-                   INSERT INTO messages_fts_trigram(rowid, content) VALUES (new.id, new.content);
-                 END;
-                 CREATE TABLE audit (n INTEGER);
+                "CREATE TABLE audit (n INTEGER);
                  CREATE TRIGGER audit_sessions AFTER UPDATE ON sessions BEGIN
                    INSERT INTO audit VALUES (1);
                  END;",
@@ -299,13 +339,13 @@ mod tests {
             .unwrap();
         append(&db, "s", 2).unwrap();
         let count = |sql: &str| -> i64 { other.query_row(sql, [], |r| r.get(0)).unwrap() };
-        assert_eq!(count("SELECT COUNT(*) FROM messages_fts_trigram"), 2);
+        assert_eq!(count("SELECT COUNT(*) FROM messages_fts_trigram"), 3);
         assert_eq!(count("SELECT COUNT(*) FROM messages_fts"), 3);
         assert_eq!(count("SELECT COUNT(*) FROM audit"), 1);
         other.execute_batch("DROP TRIGGER audit_sessions").unwrap();
         append(&db, "s", 1).unwrap();
         index_now(&db);
-        assert_eq!(count("SELECT COUNT(*) FROM messages_fts_trigram"), 3);
+        assert_eq!(count("SELECT COUNT(*) FROM messages_fts_trigram"), 4);
         assert_eq!(count("SELECT COUNT(*) FROM messages_fts"), 4);
     }
 

@@ -8,7 +8,7 @@ use rusqlite::Connection;
 use super::SqliteBackend;
 use crate::error::Result;
 use crate::model::{NewMessage, Value, ValueRef};
-use crate::store::{Backend, Insert, OnConflict, Options, Page, Relation, WriteOp, WriteOut};
+use crate::store::{Backend, Insert, OnConflict, Options, Relation, Search, WriteOp, WriteOut};
 
 pub fn open(dir: &tempfile::TempDir) -> SqliteBackend {
     SqliteBackend::open(&dir.path().join("state.db"), Options::default()).unwrap()
@@ -109,11 +109,12 @@ pub fn wait_until(what: impl Fn() -> bool) {
 }
 
 pub fn search_ids(db: &SqliteBackend, query: &str) -> Vec<i64> {
-    let page = Page {
+    let search = Search {
+        query: query.into(),
         limit: 1000,
-        ..Page::default()
+        ..Search::default()
     };
-    db.search(query, &page)
+    db.search(&search)
         .unwrap()
         .rows()
         .map(|r| match r.get(0) {

@@ -3,7 +3,7 @@
 use rusqlite::{params, params_from_iter, Connection, Statement};
 
 use super::error::At;
-use super::search_index::{IndexPlan, INDEXED_COLUMNS};
+use super::search_index::{self, IndexPlan, INDEXED_COLUMNS};
 use super::sql::Sql;
 use super::SqliteBackend;
 use crate::error::{Error, Result};
@@ -39,6 +39,9 @@ impl SqliteBackend {
                 .map(|op| self.apply(conn, index, op))
                 .collect::<Result<_>>()
                 .map(WriteOut::Many),
+            WriteOp::SearchIndex(upkeep) => search_index::upkeep(conn, *upkeep)
+                .at(&self.at)
+                .map(WriteOut::Rows),
         }
     }
 

@@ -1,0 +1,202 @@
+//! The PostgreSQL backend: `tokio-postgres` on a small current-thread
+//! runtime the backend owns (each call blocks on it, with the GIL released
+//! by the caller), one writer connection fed by group commit, a pool of
+//! reader connections. Every statement is unnamed (`query_typed`, or the
+//! simple protocol), so it works behind PgBouncer in transaction mode.
+//!
+//! One file a job: `connection` (runtime, connect, TLS, reconnect),
+//! `schema` (the DDL and its migrations under an advisory lock), `value`
+//! (values in and out, the NUL escape), `sql` (typed operations as SQL),
+//! `commit` (a batch in one transaction), `write` and `read` (the SQL of
+//! each operation), `changes` (the per-database commit counter), `error`
+//! (server failures classified).
+
+mod changes;
+mod commit;
+mod connection;
+mod error;
+mod read;
+mod schema;
+mod sql;
+mod value;
+mod write;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use self::error::classify;
+use super::batch::Patience;
+use super::columns::Columns;
+use super::{
+    lock, Backend, Filter, GroupCommit, Location, OwnAppends, Page, Query, Relation, Search,
+    WriteOp, WriteOut,
+};
+use crate::error::{Error, Result};
+use crate::model::Table;
+use changes::Changes;
+use connection::{Link, Server};
+use value::Types;
+
+pub use value::{escape_text, unescape_text};
+
+pub struct PgBackend {
+    server: Server,
+    at: Location,
+    options: super::Options,
+    writer: Mutex<Option<Link>>,
+    readers: Mutex<Vec<Link>>,
+    commits: GroupCommit<WriteOp, WriteOut>,
+    columns: Columns,
+    /// Each column's type, for binding values to it.
+    types: Types,
+    changes: Changes,
+    closed: AtomicBool,
+    own_appends: OwnAppends,
+}
+
+impl PgBackend {
+    /// Connects to the server at `url`, migrates its schema (once, whoever
+    /// else starts at the same time) and reads its columns.
+    pub fn open(url: &str, options: super::Options) -> Result<Self> {
+        let at = Location::server(url);
+        let server = Server::new(url, &at)?;
+        let mut link = server.connect()?;
+        schema::migrate(&server, &mut link)?;
+        let (columns, types) = schema::columns(&server, &mut link)?;
+        let changes = Changes::start(&server, &mut link)?;
+        Ok(PgBackend {
+            server,
+            at,
+            options,
+            writer: Mutex::new(Some(link)),
+            readers: Mutex::new(Vec::new()),
+            commits: GroupCommit::default(),
+            columns,
+            types,
+            changes,
+            closed: AtomicBool::new(false),
+            own_appends: OwnAppends::default(),
+        })
+    }
+
+    fn ensure_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(self.closed_error());
+        }
+        Ok(())
+    }
+
+    fn closed_error(&self) -> Error {
+        Error::Closed {
+            at: self.at.clone(),
+        }
+    }
+
+    fn writer_busy(&self) -> Error {
+        Error::WriterBusy {
+            at: self.at.clone(),
+        }
+    }
+
+    fn not_found(&self, id: &str) -> Error {
+        Error::SessionNotFound {
+            session_id: id.to_owned(),
+            at: self.at.clone(),
+        }
+    }
+}
+
+impl Backend for PgBackend {
+    fn location(&self) -> &Location {
+        &self.at
+    }
+
+    fn columns(&self) -> &Columns {
+        &self.columns
+    }
+
+    fn write(&self, op: WriteOp) -> Result<WriteOut> {
+        self.ensure_open()?;
+        self.commits
+            .submit(op, |jobs| self.commit_batch(jobs, Patience::Budget))
+    }
+
+    fn write_now(&self, op: WriteOp) -> Result<WriteOut> {
+        self.ensure_open()?;
+        self.commits
+            .try_submit(op, |jobs| self.commit_batch(jobs, Patience::Never))
+            .unwrap_or_else(|| Err(self.writer_busy()))
+    }
+
+    fn query(&self, query: &Query) -> Result<Table> {
+        self.select(query)
+    }
+
+    fn count(&self, relation: Relation, filter: &Filter) -> Result<i64> {
+        self.count_rows(relation, filter)
+    }
+
+    fn session(&self, id: &str) -> Result<Table> {
+        self.session_row(id)
+    }
+
+    fn live_message_count(&self, id: &str) -> Result<Option<i64>> {
+        self.live_message_count(id)
+    }
+
+    fn vacuum(&self) -> Result<()> {
+        self.ensure_open()?;
+        self.read(|server, link| {
+            server
+                .block_on(link.client.batch_execute("VACUUM"))
+                .map_err(|e| classify(&self.at, e))
+        })
+    }
+
+    fn own_appends(&self, session_id: &str) -> u64 {
+        self.own_appends.of(session_id)
+    }
+
+    fn foreign_commit_since_last_look(&self) -> Result<bool> {
+        self.ensure_open()?;
+        self.read(|server, link| self.changes.foreign_since_last_look(server, link))
+    }
+
+    fn messages(&self, session_id: &str, include_inactive: bool) -> Result<Table> {
+        self.message_rows(session_id, include_inactive)
+    }
+
+    fn conversation(
+        &self,
+        session_id: &str,
+        include_inactive: bool,
+        sink: &mut dyn FnMut(Table) -> bool,
+    ) -> Result<()> {
+        self.conversation_table(session_id, include_inactive, sink)
+    }
+
+    fn list_sessions(&self, page: &Page) -> Result<Table> {
+        self.newest_sessions(page)
+    }
+
+    fn search(&self, search: &Search) -> Result<Table> {
+        self.ensure_open()?;
+        self.search_messages(search)
+    }
+
+    fn has_platform_message_id(&self, session_id: &str, platform_message_id: &str) -> Result<bool> {
+        self.has_platform_message(session_id, platform_message_id)
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        lock(&self.readers).clear();
+        lock(&self.writer).take();
+    }
+}
+
+impl Drop for PgBackend {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

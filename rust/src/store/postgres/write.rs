@@ -1,0 +1,258 @@
+//! The SQL of each write, inside the batch's open transaction. An append
+//! is one statement: the session's counters moved and every row inserted
+//! (from arrays, one per column) in one round trip.
+
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::Client;
+
+use super::error::classify;
+use super::sql::Sql;
+use super::value::escape_text;
+use super::PgBackend;
+use crate::error::{Error, Result};
+use crate::model::{NewMessage, Value};
+use crate::store::columns::Use;
+use crate::store::{Delete, Insert, NoMatch, Relation, Update, WriteOp, WriteOut};
+
+const APPEND: &str = "WITH s AS (
+    UPDATE sessions SET message_count = COALESCE(message_count, 0) + $1,
+        tool_call_count = COALESCE(tool_call_count, 0) + $2,
+        ended_at = NULL, end_reason = NULL
+    WHERE id = $3 RETURNING id)
+INSERT INTO messages (session_id, role, content, tool_call_id, tool_calls, tool_name,
+    effect_disposition, timestamp, token_count, finish_reason, reasoning, reasoning_content,
+    reasoning_details, codex_reasoning_items, codex_message_items, platform_message_id,
+    observed, active, api_content)
+SELECT s.id, r.role, r.content, r.tool_call_id, r.tool_calls, r.tool_name,
+    r.effect_disposition, r.timestamp, r.token_count, r.finish_reason, r.reasoning,
+    r.reasoning_content, r.reasoning_details, r.codex_reasoning_items, r.codex_message_items,
+    r.platform_message_id, r.observed, 1, r.api_content
+FROM s, unnest($4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
+    WITH ORDINALITY AS r(role, content, tool_call_id, tool_calls, tool_name, effect_disposition,
+        timestamp, token_count, finish_reason, reasoning, reasoning_content, reasoning_details,
+        codex_reasoning_items, codex_message_items, platform_message_id, observed, api_content, n)
+ORDER BY r.n
+RETURNING id";
+
+/// One text column of the rows, escaped.
+fn texts<'a>(
+    rows: &'a [NewMessage],
+    column: impl Fn(&'a NewMessage) -> Option<&'a str>,
+) -> Vec<Option<String>> {
+    rows.iter()
+        .map(|r| column(r).map(|t| escape_text(t).into_owned()))
+        .collect()
+}
+
+/// Content as text: SQLite would keep a number or bytes as they are;
+/// here a number is its decimal text and bytes their UTF-8 reading.
+fn content_text(content: &Value) -> Option<String> {
+    match content {
+        Value::Null => None,
+        Value::Text(t) => Some(escape_text(t).into_owned()),
+        Value::Integer(n) => Some(n.to_string()),
+        Value::Real(x) => Some(x.to_string()),
+        Value::Blob(b) => Some(escape_text(&String::from_utf8_lossy(b)).into_owned()),
+    }
+}
+
+impl PgBackend {
+    pub(super) async fn apply(&self, client: &Client, op: &WriteOp) -> Result<WriteOut> {
+        match op {
+            WriteOp::Append {
+                session_id,
+                rows,
+                once_key,
+            } => {
+                if let Some(key) = once_key {
+                    if !self.first_time(client, key).await? {
+                        return Ok(WriteOut::Ids(Vec::new()));
+                    }
+                }
+                self.append_rows(client, session_id, rows)
+                    .await
+                    .map(WriteOut::Ids)
+            }
+            WriteOp::Insert(insert) => self.insert(client, insert).await,
+            WriteOp::Update(update) => self.update(client, update).await,
+            WriteOp::Delete(delete) => self.delete(client, delete).await,
+            // Searches read the messages themselves: no index to keep.
+            WriteOp::SearchIndex(_) => Ok(WriteOut::Rows(0)),
+            WriteOp::Transaction(ops) => {
+                let mut outs = Vec::with_capacity(ops.len());
+                for op in ops {
+                    outs.push(Box::pin(self.apply(client, op)).await?);
+                }
+                Ok(WriteOut::Many(outs))
+            }
+        }
+    }
+
+    /// Records `key` in `state_meta`; false if it was there already.
+    async fn first_time(&self, client: &Client, key: &str) -> Result<bool> {
+        let now = crate::model::now().to_string();
+        let rows = client
+            .query_typed(
+                "INSERT INTO state_meta (key, value) VALUES ($1, $2)
+                 ON CONFLICT (key) DO NOTHING RETURNING 1",
+                &[(&escape_text(key), Type::TEXT), (&now, Type::TEXT)],
+            )
+            .await
+            .map_err(|e| classify(&self.at, e))?;
+        Ok(!rows.is_empty())
+    }
+
+    async fn append_rows(
+        &self,
+        client: &Client,
+        session_id: &str,
+        rows: &[NewMessage],
+    ) -> Result<Vec<i64>> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let count = rows.len() as i64;
+        let tool_calls: i64 = rows.iter().map(|r| r.tool_call_count).sum();
+        let session = escape_text(session_id);
+        let role = texts(rows, |r| Some(&r.role));
+        let content: Vec<Option<String>> = rows.iter().map(|r| content_text(&r.content)).collect();
+        let tool_call_id = texts(rows, |r| r.tool_call_id.as_deref());
+        let tool_calls_json = texts(rows, |r| r.tool_calls.as_deref());
+        let tool_name = texts(rows, |r| r.tool_name.as_deref());
+        let effect = texts(rows, |r| r.effect_disposition.as_deref());
+        let timestamp: Vec<f64> = rows.iter().map(|r| r.timestamp).collect();
+        let token_count: Vec<Option<i64>> = rows.iter().map(|r| r.token_count).collect();
+        let finish = texts(rows, |r| r.finish_reason.as_deref());
+        let reasoning = texts(rows, |r| r.reasoning.as_deref());
+        let reasoning_content = texts(rows, |r| r.reasoning_content.as_deref());
+        let reasoning_details = texts(rows, |r| r.reasoning_details.as_deref());
+        let codex_reasoning = texts(rows, |r| r.codex_reasoning_items.as_deref());
+        let codex_message = texts(rows, |r| r.codex_message_items.as_deref());
+        let platform = texts(rows, |r| r.platform_message_id.as_deref());
+        let observed: Vec<i64> = rows.iter().map(|r| r.observed.into()).collect();
+        let api_content = texts(rows, |r| r.api_content.as_deref());
+        let text = Type::TEXT_ARRAY;
+        let params: [(&(dyn ToSql + Sync), Type); 20] = [
+            (&count, Type::INT8),
+            (&tool_calls, Type::INT8),
+            (&session, Type::TEXT),
+            (&role, text.clone()),
+            (&content, text.clone()),
+            (&tool_call_id, text.clone()),
+            (&tool_calls_json, text.clone()),
+            (&tool_name, text.clone()),
+            (&effect, text.clone()),
+            (&timestamp, Type::FLOAT8_ARRAY),
+            (&token_count, Type::INT8_ARRAY),
+            (&finish, text.clone()),
+            (&reasoning, text.clone()),
+            (&reasoning_content, text.clone()),
+            (&reasoning_details, text.clone()),
+            (&codex_reasoning, text.clone()),
+            (&codex_message, text.clone()),
+            (&platform, text.clone()),
+            (&observed, Type::INT8_ARRAY),
+            (&api_content, text),
+        ];
+        let inserted = client
+            .query_typed(APPEND, &params)
+            .await
+            .map_err(|e| classify(&self.at, e))?;
+        if inserted.is_empty() {
+            return Err(self.not_found(session_id));
+        }
+        let mut ids: Vec<i64> = inserted.iter().map(|r| r.get(0)).collect();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// Runs `sql`, returning its rows.
+    async fn run(&self, client: &Client, sql: &Sql<'_>) -> Result<Vec<tokio_postgres::Row>> {
+        sql.check(&self.at)?;
+        client
+            .query_typed(&sql.text, &sql.params())
+            .await
+            .map_err(|e| classify(&self.at, e))
+    }
+
+    async fn insert(&self, client: &Client, insert: &Insert) -> Result<WriteOut> {
+        let relation = insert.relation;
+        if !relation.insertable() {
+            return Err(Error::Config(format!(
+                "{}: messages are written only by an append (which moves the session's \
+                 counters with them), not by an insert",
+                self.at
+            )));
+        }
+        let names = insert.values.iter().map(|(c, _)| c.as_str());
+        self.columns.check_all(relation, names, Use::Insert)?;
+        let mut sql = Sql::insert(&self.types, insert);
+        sql.text.push_str(" RETURNING 1");
+        Ok(WriteOut::Rows(self.run(client, &sql).await?.len() as u64))
+    }
+
+    async fn update(&self, client: &Client, update: &Update) -> Result<WriteOut> {
+        let relation = update.relation;
+        let names = update.set.iter().map(|(c, _)| c.as_str());
+        self.columns.check_all(relation, names, Use::Set)?;
+        update.filter.check(relation, &self.columns)?;
+        if update.set.is_empty() {
+            return Ok(WriteOut::Rows(0));
+        }
+        let changed = if relation == Relation::Messages {
+            let sql = Sql::update(&self.types, update, Some("session_id"));
+            let rows = self.run(client, &sql).await?;
+            if update.set.iter().any(|(c, _)| c == "active") {
+                self.recount(client, &rows).await?;
+            }
+            rows.len()
+        } else {
+            let sql = Sql::update(&self.types, update, Some("1"));
+            self.run(client, &sql).await?.len()
+        };
+        match &update.must_match {
+            Some(NoMatch::Session(id)) if changed == 0 => Err(self.not_found(id)),
+            Some(NoMatch::Rows) if changed == 0 => Err(Error::NoMatch {
+                relation,
+                at: self.at.clone(),
+            }),
+            _ => Ok(WriteOut::Rows(changed as u64)),
+        }
+    }
+
+    async fn delete(&self, client: &Client, delete: &Delete) -> Result<WriteOut> {
+        delete.filter.check(delete.relation, &self.columns)?;
+        let returning = if delete.relation == Relation::Messages {
+            "session_id"
+        } else {
+            "1"
+        };
+        let sql = Sql::delete(&self.types, delete, Some(returning));
+        let rows = self.run(client, &sql).await?;
+        if delete.relation == Relation::Messages {
+            self.recount(client, &rows).await?;
+        }
+        Ok(WriteOut::Rows(rows.len() as u64))
+    }
+
+    /// Recounts `message_count` (the active rows) of the sessions of
+    /// `rows` (each a changed message's `session_id`, as stored).
+    async fn recount(&self, client: &Client, rows: &[tokio_postgres::Row]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut sessions: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        sessions.sort_unstable();
+        sessions.dedup();
+        client
+            .query_typed(
+                "UPDATE sessions SET message_count = (SELECT COUNT(*) FROM messages
+                 WHERE session_id = sessions.id AND active = 1)
+                 WHERE id = ANY($1)",
+                &[(&sessions, Type::TEXT_ARRAY)],
+            )
+            .await
+            .map_err(|e| classify(&self.at, e))?;
+        Ok(())
+    }
+}
