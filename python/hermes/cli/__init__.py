@@ -14,6 +14,7 @@
     hermes sessions delete ID [--yes] [--json]
     hermes sessions prune|archive [FILTERS] [--dry-run] [--yes] [--json]
     hermes sessions stats|optimize [--json]
+    hermes sessions repair [--check-only] [--no-backup] [--json]
     hermes doctor
     hermes --version
 
