@@ -15,7 +15,7 @@ export PEERS_DIR
 PEERS_PYTHON := $(abspath $(PEERS_DIR))/venv/bin/python
 WHERE := $(if $(PUBLISH),--publish) $(if $(OUT),--out $(abspath $(OUT)))
 
-.PHONY: peers hermes-python bench bench-quick bench-check bench-report bench-compare bench-scale \
+.PHONY: peers hermes-python bench bench-quick bench-check bench-report bench-compare bench-scale bench-store \
 	bench-gateway bench-cli bench-rust interop
 
 # The peers' own venv: hermes-agent 0.19.0, openai-agents, langgraph-checkpoint-sqlite,
@@ -67,6 +67,11 @@ bench-compare: peers
 # (PUBLISH=1) after the next `make bench PUBLISH=1` or `make bench-report`.
 bench-scale: hermes-python peers
 	$(HERMES_PYTHON) benches/scale.py --peers-python $(PEERS_PYTHON) $(WHERE)
+
+# listing, export, delete and prune of the session store, ours vs hermes-agent on the same
+# files (~5 min): target/bench/results/store_ops.json (PUBLISH=1: the one BENCHMARKS.md shows).
+bench-store: hermes-python peers
+	$(HERMES_PYTHON) benches/store_ops.py --peers-python $(PEERS_PYTHON) $(WHERE)
 
 # hermes sessions list | stats | prune | search on 100k sessions, ours vs hermes-agent's own
 # CLI (~30 min): target/bench/results/cli.json (PUBLISH=1: the one BENCHMARKS.md shows).

@@ -119,6 +119,7 @@ class Report:
             "make bench-compare  # stored runs side by side with pytest-benchmark compare",
             "                    # (RUNS=<files or globs>; default benches/results/pytest-benchmark/*.json)",
             "make bench-scale    # search over 1M messages, 1 -> 100k sessions (~10 min)",
+            "make bench-store    # listing, export, delete, prune vs hermes-agent (~5 min)",
             "make bench-gateway  # the gateway's per-turn overhead (~1 min)",
             "make bench-cli      # hermes sessions list/stats/prune/search on 100k sessions (~30 min)",
             "make bench-rust     # cargo bench: criterion benches of the Rust core, and the floor",
@@ -820,6 +821,7 @@ class Report:
         self.plots_section(plots)
         self.gateway_turn()
         self.scale()
+        self.store_ops()
         self.cli()
         self.notes()
         return "\n".join(self.lines).rstrip() + "\n"
@@ -882,6 +884,18 @@ class Report:
         except (ValueError, KeyError, TypeError) as exc:  # a stale or partial file must not sink the report
             self.w("## The command line at scale (issue [I])", "",
                    f"`benches/results/cli.json` could not be rendered: {exc!r}.", "")
+
+    def store_ops(self) -> None:
+        """Listing, export, delete and prune against hermes-agent (issue [H]), from its own run
+        of ``benches/store_ops.py`` when one was kept."""
+        import store_ops  # stdlib-only at import time, like this script
+
+        if not store_ops.RESULTS.exists():
+            return
+        try:
+            self.lines += [*store_ops.render(json.loads(store_ops.RESULTS.read_text())).splitlines(), ""]
+        except (ValueError, KeyError, TypeError) as exc:  # a stale or partial file must not sink the report
+            self.w("## Session store (issue [H])", "", f"`benches/results/store_ops.json` could not be rendered: {exc!r}.", "")
 
 
 def slope(sizes: list[int], values: list[Any]) -> float:

@@ -102,18 +102,32 @@ fn content<'py>(py: Python<'py>, r: RowRef<'_>, index: usize) -> PyResult<Bound<
 }
 
 /// Every column of a row, as stored.
-pub fn row<'py>(py: Python<'py>, r: RowRef<'_>) -> PyResult<Bound<'py, PyDict>> {
+pub fn row<'py>(
+    py: Python<'py>,
+    r: RowRef<'_>,
+    keys: &[Bound<'py, PyString>],
+) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
-    for (index, name) in r.columns().iter().enumerate() {
-        dict.set_item(name, cell(py, r, index)?)?;
+    for (index, key) in keys.iter().enumerate() {
+        dict.set_item(key, cell(py, r, index)?)?;
     }
     Ok(dict)
 }
 
+/// The dict keys of a table's rows, made once for all of them (interned: a
+/// page of rows shares each key instead of building it per row).
+pub fn keys<'py>(py: Python<'py>, columns: &[String]) -> Vec<Bound<'py, PyString>> {
+    columns.iter().map(|c| PyString::intern(py, c)).collect()
+}
+
 /// A `messages` row with its structured columns decoded.
-pub fn message_row<'py>(py: Python<'py>, r: RowRef<'_>) -> PyResult<Bound<'py, PyDict>> {
+pub fn message_row<'py>(
+    py: Python<'py>,
+    r: RowRef<'_>,
+    keys: &[Bound<'py, PyString>],
+) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
-    for (index, name) in r.columns().iter().enumerate() {
+    for (index, (name, key)) in r.columns().iter().zip(keys).enumerate() {
         let decoded = match (name.as_str(), r.text(index)) {
             ("content" | "before_content" | "after_content", _) => content(py, r, index)?,
             (
@@ -125,7 +139,7 @@ pub fn message_row<'py>(py: Python<'py>, r: RowRef<'_>) -> PyResult<Bound<'py, P
             ) => json(py, t.bytes)?,
             _ => cell(py, r, index)?,
         };
-        dict.set_item(name, decoded)?;
+        dict.set_item(key, decoded)?;
     }
     Ok(dict)
 }

@@ -138,11 +138,14 @@ impl Drop for GcPause {
 fn rows_to_list<'py>(
     py: Python<'py>,
     table: &Table,
-    convert: impl Fn(Python<'py>, RowRef<'_>) -> PyResult<Bound<'py, PyDict>>,
+    convert: impl Fn(Python<'py>, RowRef<'_>, &[Bound<'py, PyString>]) -> PyResult<Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyList>> {
     let _pause = GcPause::new(py);
+    let keys = decode::keys(py, &table.columns);
     let list = PyList::empty(py);
-    append_rows(&list, table, convert)?;
+    for r in table.rows() {
+        list.append(convert(py, r, &keys)?)?;
+    }
     Ok(list)
 }
 
@@ -400,7 +403,12 @@ impl Store {
     ) -> PyResult<Option<Bound<'py, PyDict>>> {
         let backend = &*self.backend;
         let table = py.detach(|| backend.session(session_id))?;
-        let row = table.rows().next().map(|r| decode::row(py, r)).transpose();
+        let keys = decode::keys(py, &table.columns);
+        let row = table
+            .rows()
+            .next()
+            .map(|r| decode::row(py, r, &keys))
+            .transpose();
         row
     }
 

@@ -874,6 +874,10 @@ fn lineage_and_upkeep_values_are_derived_per_session() {
             derived(Derived::ChainTitlesCompact)[5],
             text("an94plan\u{1f}\u{1f}tip")
         );
+        // A session that starts no chain is its own chain.
+        assert_eq!(derived(Derived::ChainIds)[1], text("broken"));
+        assert_eq!(derived(Derived::ChainTitles)[6], text("tip"));
+        assert_eq!(derived(Derived::ChainTitlesCompact)[6], text("tip"));
         assert_eq!(derived(Derived::TotalTokens)[4], Value::Integer(12));
         assert_eq!(derived(Derived::CostUsd)[4], Value::Real(0.5));
         assert_eq!(derived(Derived::CostUsd)[0], Value::Integer(0));

@@ -260,6 +260,15 @@ def test_a_long_session_id_can_be_spooled(tmp_path: Path, session_id: str) -> No
 #: cannot carry input. A new one fails test_sql_is_built_only_from_reviewed_identifiers until
 #: it is reviewed and listed here.
 REVIEWED_SQL_FORMATS = {
+    ("commit.rs", "BEGIN; SET LOCAL synchronous_commit TO {sync}; {TAKE}"):
+        "string literals 'on' or 'off' (the durability); the constant TAKE (PostgreSQL)",
+    ("commit.rs", "SELECT 1 FROM sessions WHERE id = ANY($1) ORDER BY id FOR UPDATE{wait}"):
+        "string literals '' or ' NOWAIT' (PostgreSQL; the ids are a bound parameter)",
+    ("read.rs", "SELECT {columns} FROM messages WHERE session_id = $1{active} ORDER BY id"):
+        "the constants MESSAGE_COLUMNS or CONVERSATION_COLUMNS; string literals '' or "
+        "' AND active = 1' (PostgreSQL)",
+    ("schema.rs", "BEGIN; SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"):
+        "the integer constant MIGRATION_LOCK (PostgreSQL)",
     ("schema.rs", "ALTER TABLE {table} ADD COLUMN {column} {decl}"):
         "constants of LATE_COLUMNS",
     ("search_index.rs", "INSERT INTO {table}(rowid, content) SELECT id, {INDEXED_TEXT} FROM messages "
@@ -343,6 +352,8 @@ REVIEWED_SQL_PIECES = {
     "text": "Sql::push itself",
     "if": "an if whose branches are string literals",
     "match": "a match whose arms are string literals",
+    "key": "Sql::marker's JSON key, a &'static str: string literals at each call",
+    "aggregate": "Sql::chain's aggregate, a &'static str: string literals at each call",
 }
 _SQL_WORDS = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|ALTER|CREATE|DROP|PRAGMA|SET|"
                         r"VALUES|WHERE|COALESCE)\b")

@@ -4,12 +4,13 @@ and cycles, limits, and an import that fails writing nothing."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hermes.errors import InvalidImportError, StateDbError
+from hermes.errors import DiskFullError, InvalidImportError, StateDbError
 from hermes.state import SessionDB
 
 
@@ -54,7 +55,7 @@ def test_parents_link_in_the_batch_or_to_existing_rows_and_cycles_detach(db: Ses
     ])
     assert result["ok"] and result["detached"] == 3
     parents = {s: db.get_session(s)["parent_session_id"] for s in ("child", "parent", "orphan", "a", "b", "self")}
-    assert parents == {"child": "parent", "parent": "existing", "orphan": None, "a": "b", "b": None, "self": None}
+    assert parents == {"child": "parent", "parent": "existing", "orphan": None, "a": None, "b": "a", "self": None}
     assert db.get_session("child")["source"] == "import"
 
 
@@ -96,3 +97,34 @@ def test_a_write_that_fails_half_way_leaves_nothing(db: SessionDB) -> None:
             {"id": "second", "title": "Same title"},
         ])
     assert db.get_session("first") is None and db.message_count() == 0
+
+
+def test_a_compression_lineage_exports_as_one_session(db: SessionDB) -> None:
+    db.create_session("root", "cli", started_at=1.0)
+    db.append_message("root", "user", "before compression")
+    db.end_session("root", "compression")
+    db.create_session("tip", "cli", started_at=2.0, parent_session_id="root")
+    db.append_message("tip", "user", "after")
+    db.append_message("tip", "assistant", "done")
+    whole = db.export_session_lineage("tip")
+    assert whole is not None and whole["id"] == "tip"
+    assert whole["lineage_session_ids"] == ["root", "tip"] and whole["message_count"] == 3
+    assert [m["content"] for m in whole["messages"]] == ["before compression", "after", "done"]
+    assert db.export_session_lineage("missing") is None
+
+
+def test_an_import_that_fills_the_disk_raises_and_writes_nothing(
+    mount_tmpfs: Callable[..., Path],
+) -> None:
+    mnt = mount_tmpfs("full", "2m")
+    with SessionDB(mnt / "state.db") as db:
+        db.create_session("before", "cli")
+        db.append_message("before", "user", "kept")
+        text = "words " * 100_000  # 600 kB a message: the batch cannot fit in 2 MB
+        batch = [{"id": f"big{i}", "messages": [{"role": "user", "content": text}]} for i in range(4)]
+        with pytest.raises(DiskFullError) as info:
+            db.import_sessions(batch)
+        assert str(mnt / "state.db") in str(info.value)
+        assert db.session_count() == 1 and db.message_count() == 1
+    with SessionDB(mnt / "state.db") as again:
+        assert again.get_session("big0") is None and again.search_messages("kept")

@@ -175,3 +175,29 @@ def test_leaked_recalled_memory_is_left_out_of_replayed_text(db: SessionDB) -> N
     assert assistant["content"] == "Visible answer" and assistant["api_content"] == leaked
     assert tool["content"] == leaked
     assert db.get_messages("s")[0]["content"] == leaked
+
+
+def test_messages_around_one_and_the_session_bookends(db: SessionDB) -> None:
+    db.create_session("s", "cli")
+    ids = []
+    for n in range(20):
+        role = ("user", "assistant", "tool")[n % 3]
+        ids.append(db.append_message("s", role, f"m{n}" if n != 1 else "",
+                                     tool_call_id="c" if role == "tool" else None))
+    around = db.get_messages_around("s", ids[10], window=2)
+    assert [m["content"] for m in around["window"]] == ["m8", "m9", "m10", "m11", "m12"]
+    assert (around["messages_before"], around["messages_after"]) == (2, 2)
+    edge = db.get_messages_around("s", ids[1], window=3)
+    assert [m["content"] for m in edge["window"]] == ["m0", "", "m2", "m3", "m4"]
+    assert (edge["messages_before"], edge["messages_after"]) == (1, 3)
+    view = db.get_anchored_view("s", ids[10], window=2, bookend=2)
+    assert [m["id"] for m in view["window"]] == [ids[9], ids[10], ids[12]]  # tool rows dropped
+    assert [m["id"] for m in db.get_anchored_view("s", ids[11], window=0)["window"]] == [ids[11]]
+    assert [m["content"] for m in view["bookend_start"]] == ["m0", "m3"]
+    assert [m["content"] for m in view["bookend_end"]] == ["m18", "m19"]
+    raw = db.get_anchored_view("s", ids[10], window=2, bookend=0, keep_roles=None)
+    assert len(raw["window"]) == 5 and raw["bookend_start"] == raw["bookend_end"] == []
+    empty = {"window": [], "messages_before": 0, "messages_after": 0}
+    assert db.get_messages_around("s", 10_000) == empty
+    assert db.get_anchored_view("other", ids[3]) == {**empty, "bookend_start": [],
+                                                      "bookend_end": []}

@@ -13,7 +13,8 @@ sync method's exact signature (``get_session = offloaded(Sessions.get_session)``
 so ``mypy --strict`` types every awaited result; ``writes_without_waiting``
 lets an event loop make a short write itself when no other writer is in the way.
 ``SCHEMA_VERSION`` (the version we write), ``SCHEMA_SQL`` (the DDL of a file we
-create) and ``apply_wal_with_fallback`` (WAL for a caller's own ``sqlite3`` connection)
+create), ``MAX_FTS5_QUERY_CHARS`` (how much of a search query is read) and
+``apply_wal_with_fallback`` (WAL for a caller's own ``sqlite3`` connection)
 carry the names hermes-agent's module gives its own. So do ``time`` and ``sys``, the
 standard modules: code written against hermes-agent patches ``time.time`` and
 ``sys.platform`` through this module's names.
@@ -22,12 +23,13 @@ standard modules: code written against hermes-agent patches ``time.time`` and
 import sys as sys
 import time as time
 
-from hermes._core import SCHEMA_SQL, SCHEMA_VERSION
+from hermes._core import MAX_FTS5_QUERY_CHARS, SCHEMA_SQL, SCHEMA_VERSION
 from hermes.state.face import Synchronous
 from hermes.state.session_db import AsyncSessionDB, SessionDB, writes_without_waiting
 from hermes.state.wal import apply_wal_with_fallback
 
 __all__ = [
+    "MAX_FTS5_QUERY_CHARS",
     "SCHEMA_SQL",
     "SCHEMA_VERSION",
     "AsyncSessionDB",

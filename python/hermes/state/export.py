@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from hermes._core import Append, Insert, Update
 from hermes.errors import InvalidImportError
 from hermes.state.face import AsyncFace, StoreFace, offloaded
-from hermes.state.listing import sessions_by_last_active
+from hermes.state.listing import Lineage, sessions_by_last_active
 
 #: Limits of one :meth:`Export.import_sessions` call (hermes-agent's own).
 IMPORT_MAX_SESSIONS = 500
@@ -46,6 +46,23 @@ class Export(StoreFace):
         if session is None:
             return None
         return {**session, "messages": self._store.get_messages(session_id)}
+
+    def export_session_lineage(self, session_id: str) -> dict[str, Any] | None:
+        """A compression lineage as one logical session: the newest segment's row with
+        ``segments`` (each an :meth:`export_session`), ``lineage_session_ids``, every segment's
+        ``messages`` in order and their ``message_count``; None if there is no such session."""
+        lineage = cast(Lineage, self).get_compression_lineage(session_id)
+        segments = [s for s in (self.export_session(sid) for sid in lineage) if s is not None]
+        if not segments:
+            return None
+        messages = [m for segment in segments for m in segment["messages"]]
+        return {
+            **segments[-1],
+            "segments": segments,
+            "lineage_session_ids": [segment["id"] for segment in segments],
+            "message_count": len(messages),
+            "messages": messages,
+        }
 
     def export_all(self, source: str | None = None) -> list[dict[str, Any]]:
         """Every session (of ``source``, or all; at most 100,000), most recently active first,
@@ -129,31 +146,31 @@ class Export(StoreFace):
                 "sessions", columns=["id", "parent_session_id"], where=("in", "id", sorted(outside))
             )
         }
+        pending = dict(wanted)  # every link still wanted, as a walk for cycles must see them
         linked: dict[str, str] = {}
-        detached = 0
         for child, parent in wanted.items():
             if (parent in imported or parent in known) and not _closes_cycle(
-                child, parent, linked, known
+                child, parent, pending, known
             ):
                 linked[child] = parent
             else:
-                detached += 1
-        return linked, detached
+                del pending[child]  # only the closing edge goes: the rest of a chain stays
+        return linked, len(wanted) - len(linked)
 
 
 def _closes_cycle(
-    child: str, parent: str, linked: Mapping[str, str], known: Mapping[str, str | None]
+    child: str, parent: str, pending: Mapping[str, str], known: Mapping[str, str | None]
 ) -> bool:
-    """Whether giving ``child`` the parent ``parent`` makes a loop, walking the links made so
-    far and the parents of existing sessions (one an import reaches is a root: it has none of
-    the new links)."""
+    """Whether giving ``child`` the parent ``parent`` makes a loop, walking the links still
+    wanted and the parents of existing sessions (whose own parents existed before: no new
+    session is among their ancestors)."""
     seen = {child}
     current: str | None = parent
     while current:
         if current in seen:
             return True
         seen.add(current)
-        current = linked[current] if current in linked else known.get(current)
+        current = pending[current] if current in pending else known.get(current)
     return False
 
 
@@ -312,5 +329,6 @@ def _int_or_zero(value: Any) -> int:
 
 class AsyncExport(AsyncFace):
     export_session = offloaded(Export.export_session)
+    export_session_lineage = offloaded(Export.export_session_lineage)
     export_all = offloaded(Export.export_all)
     import_sessions = offloaded(Export.import_sessions)

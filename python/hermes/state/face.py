@@ -38,6 +38,8 @@ Synchronous = Literal["FULL", "NORMAL"]
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 _Face = TypeVar("_Face", bound="StoreFace")
+#: A lineage (parent links, a compression chain) longer than this is a cycle or damage.
+MAX_LINEAGE = 100
 
 
 class StoreFace:
@@ -77,6 +79,19 @@ class StoreFace:
     def close(self) -> None:
         """Closes the file; later calls raise DatabaseClosedError."""
         self._store.close()
+
+    def _parent_chain(self, session_id: str) -> list[str]:
+        """The session and those it continues or was spawned by (``parent_session_id``), root
+        first; stops at a missing session, a cycle, or :data:`MAX_LINEAGE` sessions."""
+        chain: list[str] = []
+        current: str | None = session_id
+        while current is not None and current not in chain and len(chain) < MAX_LINEAGE:
+            chain.append(current)
+            rows = self._store.query(
+                "sessions", columns=["parent_session_id"], where=("=", "id", current)
+            )
+            current = rows[0]["parent_session_id"] if rows else None
+        return chain[::-1]
 
     def _update_session_row(
         self, session_id: str, columns: Mapping[str, Any], *, also: Filter | None = None

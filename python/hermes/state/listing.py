@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from hermes._core import Store
 from hermes.state.face import AsyncFace, StoreFace, check_page, offloaded
@@ -26,8 +26,14 @@ _TIP_FIELDS = (
 )
 
 _LISTED: _Filter = ("=", "listed", 1)
-_NO_SOURCE: _Filter = ("is null", "source")
-_NOT_A_TOOL_SESSION: _Filter = ("or", [_NO_SOURCE, ("!=", "source", "tool")])
+
+
+class Lineage(Protocol):
+    """The lineage methods of ``SessionDB`` (``titles.py``) that listing and export build on."""
+
+    def get_compression_tip(self, session_id: str) -> str | None: ...
+
+    def get_compression_lineage(self, session_id: str) -> list[str]: ...
 
 
 def like_escape(text: str) -> str:
@@ -159,14 +165,22 @@ class Listing(StoreFace):
                 if compact_needle:
                     either.append(("like", "chain_titles_compact", f"%{like_escape(compact_needle)}%"))
                 matches.append(("or", either))
-            rows = self._store.query(
+            # The page's ids first, then their rows: sorting carries only the id and the key,
+            # so previews and columns are built for the page, not for every admitted row.
+            page = self._store.query(
                 "sessions",
-                columns=columns,
+                columns=["id"],
                 where=("and", matches),
                 order_by=["-chain_last_active", "-started_at", "-id"],
                 limit=limit,
                 offset=offset,
             )
+            ids = [r["id"] for r in page]
+            found = {
+                r["id"]: r
+                for r in self._store.query("sessions", columns=columns, where=("in", "id", ids))
+            }
+            rows = [found[i] for i in ids if i in found]
         else:
             rows = self._store.query(
                 "sessions",
@@ -185,8 +199,8 @@ class Listing(StoreFace):
         """A compression root's row with its live tip's identity and activity."""
         if row.get("end_reason") != "compression":
             return row
-        tip_id = self._compression_tip_id(row["id"])
-        if tip_id == row["id"]:
+        tip_id = cast(Lineage, self).get_compression_tip(row["id"])
+        if tip_id is None or tip_id == row["id"]:
             return row
         found = self._store.query("sessions", columns=columns, where=("=", "id", tip_id))
         if not found:
@@ -196,46 +210,6 @@ class Listing(StoreFace):
         merged.update({key: tip[key] for key in _TIP_FIELDS if key in tip})
         merged["_lineage_root_id"] = row["id"]
         return merged
-
-    def _compression_tip_id(self, session_id: str) -> str:
-        """The live end of a compression chain: from a session that ended ``compression``, its
-        best continuation (no branch, delegate run or tool session; one continuing the chain,
-        then a live one, then the latest active), repeatedly.
-
-        The same walk as hermes-agent's ``get_compression_tip``; when this package has that
-        method (titles and lineage), listing calls it instead.
-        """
-        current, seen = session_id, {session_id}
-        while True:
-            this: list[_Filter] = [("=", "id", current), ("=", "end_reason", "compression")]
-            if not self._store.count("sessions", ("and", this)):
-                return current
-            continuation: list[_Filter] = [
-                ("=", "parent_session_id", current),
-                ("=", "listed", 0),
-                ("is null", "delegate_from"),
-                _NOT_A_TOOL_SESSION,
-            ]
-            children = self._store.query(
-                "sessions",
-                columns=["id", "end_reason", "ended_at", "started_at", "last_active"],
-                where=("and", continuation),
-            )
-            if not children:
-                return current
-            by_id_descending = sorted(children, key=lambda c: str(c["id"]), reverse=True)
-            best = min(  # min is stable: among equal keys, the greatest id
-                by_id_descending,
-                key=lambda c: (
-                    0 if c["end_reason"] == "compression" else 1 if c["ended_at"] is None else 2,
-                    -float(c["last_active"] or 0),
-                    -float(c["started_at"] or 0),
-                ),
-            )
-            if best["id"] in seen:
-                return current
-            current = best["id"]
-            seen.add(current)
 
     def list_cron_job_runs(
         self, job_id: str, limit: int = 20, offset: int = 0

@@ -48,9 +48,6 @@ def message_text(content: Any) -> str:
         return text or "[multimodal content]"
     return content if isinstance(content, str) else ""
 
-#: The most sessions a lineage walk follows (hermes-agent's bound too).
-_MAX_LINEAGE = 100
-
 #: A recalled-memory block, the note that introduces one, and a stray fence tag
 #: (hermes-agent's memory fencing); any of them in stored text is a leak.
 _MEMORY_CONTEXT = re.compile(
@@ -186,7 +183,7 @@ class Messages(StoreFace):
         (:mod:`hermes.state.alternation`); the stored rows stay as they are.
         """
         if include_ancestors:
-            messages = self._lineage_conversation(self._lineage_root_to_tip(session_id),
+            messages = self._lineage_conversation(self._parent_chain(session_id),
                                                   include_inactive)
         else:
             messages = _without_memory_context(
@@ -206,7 +203,62 @@ class Messages(StoreFace):
         """The live messages of the sessions ``session_id`` continues (not its own), as
         ``get_messages_as_conversation(include_ancestors=True)`` shows them: what a resumed
         session's display puts before its own history. Empty without ancestors."""
-        return self._lineage_conversation(self._lineage_root_to_tip(session_id)[:-1], False)
+        return self._lineage_conversation(self._parent_chain(session_id)[:-1], False)
+
+    def get_messages_around(
+        self, session_id: str, around_message_id: int, window: int = 5
+    ) -> dict[str, Any]:
+        """The messages of the session around one (rewound ones too), in id order:
+        ``window`` (up to ``window`` before it, itself, up to ``window`` after),
+        ``messages_before`` and ``messages_after`` (fewer than ``window``: the session's
+        start or end is reached). An empty window when the message is not in the session."""
+        window = max(window, 0)
+        in_session: Filter = ("=", "session_id", session_id)
+        before = self._store.query(
+            "messages", where=all_of(in_session, ("<=", "id", around_message_id)),
+            order_by=["-id"], limit=window + 1)
+        if not before or before[0]["id"] != around_message_id:
+            return {"window": [], "messages_before": 0, "messages_after": 0}
+        after = self._store.query(
+            "messages", where=all_of(in_session, (">", "id", around_message_id)),
+            order_by=["id"], limit=window)
+        return {"window": before[::-1] + after, "messages_before": len(before) - 1,
+                "messages_after": len(after)}
+
+    def get_anchored_view(
+        self,
+        session_id: str,
+        around_message_id: int,
+        window: int = 5,
+        bookend: int = 3,
+        keep_roles: tuple[str, ...] | None = ("user", "assistant"),
+    ) -> dict[str, Any]:
+        """:meth:`get_messages_around`, its window kept to ``keep_roles`` (the anchor
+        always stays; None keeps every role), plus the session's first and last
+        ``bookend`` messages with text of those roles outside the window
+        (``bookend_start``, ``bookend_end``): a hit anywhere in a long session shows its
+        opening and its end too."""
+        around = self.get_messages_around(session_id, around_message_id, window)
+        rows = around["window"]
+        around.update(bookend_start=[], bookend_end=[])
+        if not rows:
+            return around
+        if keep_roles is not None:
+            around["window"] = [m for m in rows
+                                if m["id"] == around_message_id or m["role"] in keep_roles]
+        if bookend <= 0:
+            return around
+        with_text: Filter = all_of(("=", "session_id", session_id),
+                                   ("is not null", "content"), ("!=", "content", ""))
+        if keep_roles is not None:
+            with_text = all_of(with_text, ("in", "role", list(keep_roles)))
+        around["bookend_start"] = self._store.query(
+            "messages", where=all_of(with_text, ("<", "id", rows[0]["id"])), order_by=["id"],
+            limit=bookend)
+        around["bookend_end"] = self._store.query(
+            "messages", where=all_of(with_text, (">", "id", rows[-1]["id"])),
+            order_by=["-id"], limit=bookend)[::-1]
+        return around
 
     def replace_messages(
         self, session_id: str, messages: Sequence[Mapping[str, Any]], active_only: bool = False
@@ -332,18 +384,6 @@ class Messages(StoreFace):
                     messages.append(message)
         return _without_memory_context(messages)
 
-    def _lineage_root_to_tip(self, session_id: str) -> list[str]:
-        """The session and those it continues (``parent_session_id``), root first; stops at
-        a missing session, a cycle, or :data:`_MAX_LINEAGE` sessions."""
-        chain: list[str] = []
-        current: str | None = session_id
-        while current is not None and current not in chain and len(chain) < _MAX_LINEAGE:
-            chain.append(current)
-            rows = self._store.query("sessions", columns=["parent_session_id"],
-                                     where=("=", "id", current))
-            current = rows[0]["parent_session_id"] if rows else None
-        return chain[::-1]
-
     def _require_session(self, session_id: str) -> None:
         if self._store.count("sessions", ("=", "id", session_id)) == 0:
             raise SessionNotFoundError(
@@ -372,3 +412,5 @@ class AsyncMessages(AsyncFace):
     list_recent_user_messages = offloaded(Messages.list_recent_user_messages)
     get_ancestor_display_prefix = offloaded(Messages.get_ancestor_display_prefix)
     get_resume_conversations = offloaded(Messages.get_resume_conversations)
+    get_messages_around = offloaded(Messages.get_messages_around)
+    get_anchored_view = offloaded(Messages.get_anchored_view)

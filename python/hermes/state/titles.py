@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from hermes._core import StateDbError, Update
 from hermes.errors import InvalidTitleError, TitleInUseError
-from hermes.state.face import AsyncFace, StoreFace, all_of, any_of, offloaded
+from hermes.state.face import MAX_LINEAGE, AsyncFace, StoreFace, all_of, any_of, offloaded
 from hermes.state.listing import like_escape
 from hermes.text import valid_text
 
@@ -23,8 +23,6 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _INVISIBLE = re.compile("[\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ufff9-\ufffc]")
 _WHITESPACE = re.compile(r"\s+")
 _NUMBERED = re.compile(r"^(.*?) #(\d+)$")
-# A compression chain deeper than this is a cycle or damage, not a conversation.
-_MAX_CHAIN = 100
 # How far a resume follows the newest children looking for the latest messages.
 _MAX_RESUME_WALK = 32
 # What a continuation candidate is ranked by.
@@ -118,7 +116,7 @@ class Titles(StoreFace):
         """The compression predecessors of ``session_id``, nearest first."""
         chain: list[str] = []
         current = session_id
-        for _ in range(_MAX_CHAIN):
+        for _ in range(MAX_LINEAGE):
             rows = self._store.query(
                 "sessions", columns=["parent_session_id"], where=("=", "id", current)
             )
@@ -199,7 +197,7 @@ class Titles(StoreFace):
         recently active). The id itself when nothing continues it."""
         current = session_id
         seen = {current}
-        for _ in range(_MAX_CHAIN):
+        for _ in range(MAX_LINEAGE):
             if not self._store.count(
                 "sessions", all_of(("=", "id", current), ("=", "end_reason", "compression"))
             ):
@@ -256,18 +254,7 @@ class Titles(StoreFace):
         """The first session up the session's parent links (compression predecessors and
         the sessions that spawned subagents alike): the conversation's one stable id. The id
         itself when it has no parent."""
-        root = session_id
-        seen = {root}
-        for _ in range(_MAX_CHAIN):
-            rows = self._store.query(
-                "sessions", columns=["parent_session_id"], where=("=", "id", root)
-            )
-            parent = rows[0]["parent_session_id"] if rows else None
-            if not parent or parent in seen:
-                break
-            seen.add(parent)
-            root = parent
-        return root
+        return self._parent_chain(session_id)[0]
 
     def resolve_resume_session_id(self, session_id: str) -> str:
         """The session a resume of ``session_id`` should load: from the tip of its

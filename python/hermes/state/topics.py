@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from hermes._core import Delete, Insert, Select, Update
 from hermes.errors import SessionNotFoundError, TopicAlreadyLinkedError
 from hermes.state.face import AsyncFace, StoreFace, all_of, offloaded
+from hermes.state.listing import shape_preview
 
 if TYPE_CHECKING:
     from hermes._core import _Filter as Filter
@@ -180,10 +181,7 @@ class TopicBindings(StoreFace):
             order_by=["-last_active", "-started_at"],
             limit=max(int(limit), 0),
         )
-        for row in rows:
-            text = str(row["preview"] or "").strip()
-            row["preview"] = text[:60] + ("..." if len(text) > 60 else "")
-        return rows
+        return [shape_preview(row) for row in rows]
 
     def _binding(self, where: Filter) -> dict[str, Any] | None:
         rows = self._store.query(_BINDINGS, where=where, limit=1)

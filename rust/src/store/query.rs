@@ -12,7 +12,7 @@ use crate::model::Value;
 /// A closed set: each backend implements each one once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Derived {
-    /// A session's first user message (by id) with content: up to 63
+    /// A session's first user message (by timestamp, then id) with content: up to 63
     /// characters of it, line breaks as spaces; `''` when there is none.
     Preview,
     /// A session's latest message timestamp, or its `started_at` without one.

@@ -286,7 +286,7 @@ impl<'v> Sql<'v> {
                 );
                 self.column(alias, "id");
                 self.push(
-                    " AND m.role = 'user' AND m.content IS NOT NULL ORDER BY m.id LIMIT 1), '')",
+                    " AND m.role = 'user' AND m.content IS NOT NULL ORDER BY m.timestamp, m.id LIMIT 1), '')",
                 );
             }
             Term::Derived(Derived::LastActive) => {

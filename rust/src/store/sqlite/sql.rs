@@ -277,7 +277,7 @@ impl<'v> Sql<'v> {
                 );
                 self.column(alias, "id");
                 self.push(
-                    " AND m.role = 'user' AND m.content IS NOT NULL ORDER BY m.id LIMIT 1), '')",
+                    " AND m.role = 'user' AND m.content IS NOT NULL ORDER BY m.timestamp, m.id LIMIT 1), '')",
                 );
             }
             Term::Derived(Derived::LastActive) => {
@@ -290,39 +290,55 @@ impl<'v> Sql<'v> {
                 self.push(")");
             }
             Term::Derived(Derived::Listed) => {
-                let t = format!("t{alias}");
                 self.push("CASE WHEN (");
-                self.push(&t);
-                self.push(".\"parent_session_id\" IS NULL OR ");
-                self.marker(&t, "_branched_from");
+                self.column(alias, "parent_session_id");
+                self.push(" IS NULL OR ");
+                self.marker(Some(alias), "_branched_from");
                 self.push(" IS NOT NULL OR EXISTS (SELECT 1 FROM sessions p WHERE p.id = ");
-                self.push(&t);
-                self.push(".\"parent_session_id\" AND p.end_reason = 'branched' AND ");
-                self.push(&t);
-                self.push(".\"started_at\" >= p.ended_at)) AND ");
-                self.marker(&t, "_delegate_from");
+                self.column(alias, "parent_session_id");
+                self.push(" AND p.end_reason = 'branched' AND ");
+                self.column(alias, "started_at");
+                self.push(" >= p.ended_at)) AND ");
+                self.marker(Some(alias), "_delegate_from");
                 self.push(" IS NULL THEN 1 ELSE 0 END");
             }
             Term::Derived(Derived::DelegateFrom) => {
-                self.marker(&format!("t{alias}"), "_delegate_from");
+                self.marker(Some(alias), "_delegate_from");
             }
-            Term::Derived(Derived::ChainLastActive) => self.chain(
-                alias,
-                "MAX(COALESCE((SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = c.id), \
-                 c.started_at))",
-            ),
+            Term::Derived(Derived::ChainLastActive) => {
+                self.chain_or(
+                    alias,
+                    "MAX(COALESCE((SELECT MAX(m.timestamp) FROM messages m \
+                     WHERE m.session_id = c.id), c.started_at))",
+                );
+                self.term(alias, &Term::Derived(Derived::LastActive));
+                self.push(" END");
+            }
             Term::Derived(Derived::ChainIds) => {
-                self.chain(alias, "LOWER(group_concat(c.id, char(31)))")
+                self.chain_or(alias, "LOWER(group_concat(c.id, char(31)))");
+                self.push("LOWER(");
+                self.column(alias, "id");
+                self.push(") END");
             }
-            Term::Derived(Derived::ChainTitles) => self.chain(
-                alias,
-                "LOWER(group_concat(COALESCE(c.title, ''), char(31)))",
-            ),
-            Term::Derived(Derived::ChainTitlesCompact) => self.chain(
-                alias,
-                "REPLACE(REPLACE(REPLACE(REPLACE(LOWER(group_concat(COALESCE(c.title, ''), \
-                 char(31))), '-', ''), '_', ''), '.', ''), ' ', '')",
-            ),
+            Term::Derived(Derived::ChainTitles) => {
+                self.chain_or(
+                    alias,
+                    "LOWER(group_concat(COALESCE(c.title, ''), char(31)))",
+                );
+                self.push("LOWER(COALESCE(");
+                self.column(alias, "title");
+                self.push(", '')) END");
+            }
+            Term::Derived(Derived::ChainTitlesCompact) => {
+                self.chain_or(
+                    alias,
+                    "REPLACE(REPLACE(REPLACE(REPLACE(LOWER(group_concat(COALESCE(c.title, ''), \
+                     char(31))), '-', ''), '_', ''), '.', ''), ' ', '')",
+                );
+                self.push("REPLACE(REPLACE(REPLACE(REPLACE(LOWER(COALESCE(");
+                self.column(alias, "title");
+                self.push(", '')), '-', ''), '_', ''), '.', ''), ' ', '') END");
+            }
             Term::Derived(Derived::TotalTokens) => {
                 self.push("(COALESCE(");
                 self.column(alias, "input_tokens");
@@ -340,22 +356,41 @@ impl<'v> Sql<'v> {
         }
     }
 
-    /// A string key of `table`'s `model_config`, NULL when the column is not JSON.
-    fn marker(&mut self, table: &str, key: &str) {
+    /// `key` of a session's `model_config` JSON (NULL when it is not JSON): of the query's
+    /// session `alias`, or of the chain walk's session `k` with None.
+    fn marker(&mut self, alias: Option<usize>, key: &'static str) {
         self.push("CASE WHEN json_valid(");
-        self.push(table);
-        self.push(".\"model_config\") THEN json_extract(");
-        self.push(table);
-        self.push(".\"model_config\", '$.");
+        self.model_config(alias);
+        self.push(") THEN json_extract(");
+        self.model_config(alias);
+        self.push(", '$.");
         self.push(key);
         self.push("') END");
+    }
+
+    fn model_config(&mut self, alias: Option<usize>) {
+        match alias {
+            Some(alias) => self.column(alias, "model_config"),
+            None => self.push("k.\"model_config\""),
+        }
+    }
+
+    /// `CASE WHEN` the row ended `compression` `THEN` `aggregate` over its
+    /// chain `ELSE` (the caller writes the value for a chain of the row alone,
+    /// then `END`): most rows start no chain, and skip the recursive query.
+    fn chain_or(&mut self, alias: usize, aggregate: &'static str) {
+        self.push("CASE WHEN ");
+        self.column(alias, "end_reason");
+        self.push(" = 'compression' THEN ");
+        self.chain(alias, aggregate);
+        self.push(" ELSE ");
     }
 
     /// `aggregate` over the sessions (as `c`) of the compression chain that
     /// starts at the row: it and, recursively, each child of a session that
     /// ended `compression` that is no branch, delegate run or tool session.
     /// `UNION` ends a chain that loops.
-    fn chain(&mut self, alias: usize, aggregate: &str) {
+    fn chain(&mut self, alias: usize, aggregate: &'static str) {
         self.push("(WITH RECURSIVE ch(id) AS (SELECT ");
         self.column(alias, "id");
         self.push(
@@ -363,9 +398,9 @@ impl<'v> Sql<'v> {
              JOIN sessions k ON k.parent_session_id = ch.id \
              WHERE p.end_reason = 'compression' AND ",
         );
-        self.marker("k", "_branched_from");
+        self.marker(None, "_branched_from");
         self.push(" IS NULL AND ");
-        self.marker("k", "_delegate_from");
+        self.marker(None, "_delegate_from");
         self.push(" IS NULL AND COALESCE(k.source, '') != 'tool') SELECT ");
         self.push(aggregate);
         self.push(" FROM ch JOIN sessions c ON c.id = ch.id)");
