@@ -16,7 +16,7 @@ PEERS_PYTHON := $(abspath $(PEERS_DIR))/venv/bin/python
 WHERE := $(if $(PUBLISH),--publish) $(if $(OUT),--out $(abspath $(OUT)))
 
 .PHONY: peers hermes-python bench bench-quick bench-check bench-report bench-compare bench-scale bench-store \
-	bench-gateway bench-rust interop
+	bench-gateway bench-cli bench-rust interop
 
 # The peers' own venv: hermes-agent 0.19.0, openai-agents, langgraph-checkpoint-sqlite,
 # matplotlib, pytest-benchmark.
@@ -72,6 +72,11 @@ bench-scale: hermes-python peers
 # files (~5 min): target/bench/results/store_ops.json (PUBLISH=1: the one BENCHMARKS.md shows).
 bench-store: hermes-python peers
 	$(HERMES_PYTHON) benches/store_ops.py --peers-python $(PEERS_PYTHON) $(WHERE)
+
+# hermes sessions list | stats | prune | search on 100k sessions, ours vs hermes-agent's own
+# CLI (~30 min): target/bench/results/cli.json (PUBLISH=1: the one BENCHMARKS.md shows).
+bench-cli: hermes-python peers
+	$(HERMES_PYTHON) benches/cli.py --peers-python $(PEERS_PYTHON) $(WHERE)
 
 # The gateway's per-turn overhead, ours vs hermes-agent (~1 min):
 # target/bench/results/gateway_turn.json (PUBLISH=1: the one BENCHMARKS.md shows).

@@ -121,6 +121,7 @@ class Report:
             "make bench-scale    # search over 1M messages, 1 -> 100k sessions (~10 min)",
             "make bench-store    # listing, export, delete, prune vs hermes-agent (~5 min)",
             "make bench-gateway  # the gateway's per-turn overhead (~1 min)",
+            "make bench-cli      # hermes sessions list/stats/prune/search on 100k sessions (~30 min)",
             "make bench-rust     # cargo bench: criterion benches of the Rust core, and the floor",
             "make interop        # the file-compatibility tests against the real hermes-agent 0.19.0",
             "python benches/report.py benches/results/<file>.json   # re-render a stored run into BENCHMARKS.md",
@@ -799,7 +800,8 @@ class Report:
             "* Measured by separate runs, shown in their own sections when their results file is kept: the gateway "
             "turn overhead (`benches/gateway_turn.py`, `benches/results/gateway_turn.json`), and full-text search "
             "over 1M messages and the database growing to 100k sessions (`benches/scale.py`, "
-            "`benches/results/scale.json`).",
+            "`benches/results/scale.json`), and the command line on 100k sessions "
+            "(`benches/cli.py`, `benches/results/cli.json`).",
             "",
         )
 
@@ -820,6 +822,7 @@ class Report:
         self.gateway_turn()
         self.scale()
         self.store_ops()
+        self.cli()
         self.notes()
         return "\n".join(self.lines).rstrip() + "\n"
 
@@ -868,6 +871,19 @@ class Report:
         except (ValueError, KeyError, TypeError) as exc:  # a stale or partial file must not sink the report
             self.w("## Scale (issue [E])", "", f"`benches/results/scale.json` could not be rendered: {exc!r}.", "")
 
+
+    def cli(self) -> None:
+        """The command line on 100k sessions (issue [I]), from its own run of
+        ``benches/cli.py`` when one was kept."""
+        import cli  # stdlib-only at import time, like this script
+
+        if not cli.RESULTS.exists():
+            return
+        try:
+            self.lines += [*cli.render(json.loads(cli.RESULTS.read_text())).splitlines(), ""]
+        except (ValueError, KeyError, TypeError) as exc:  # a stale or partial file must not sink the report
+            self.w("## The command line at scale (issue [I])", "",
+                   f"`benches/results/cli.json` could not be rendered: {exc!r}.", "")
 
     def store_ops(self) -> None:
         """Listing, export, delete and prune against hermes-agent (issue [H]), from its own run

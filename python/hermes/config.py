@@ -53,6 +53,10 @@ names another)::
       resume_freshness: 3600       # resume notes only for interruptions this recent (0: any)
       group_sessions_per_user: true    # a group chat is one conversation per participant
       thread_sessions_per_user: false  # a thread is shared by its participants
+      session_reset:               # when a chat's conversation expires (default: never)
+        mode: none                 # idle, daily, both (whichever first) or none
+        idle_minutes: 1440         # idle: this long without a turn
+        at_hour: 4                 # daily: the first message after this hour (local time)
       agent_factory: mypkg.agents:build   # replaces hermes.agent.AIAgent (default: none)
       synchronous: FULL            # or NORMAL: a commit survives a crash, not a power loss
       platforms:                   # default: api_server alone, enabled

@@ -3,14 +3,18 @@
 the ``openai`` client → our api_server (``hermes gateway run``) → the agent, whose backend is
 the ``openai`` client → a scripted OpenAI-compatible server that asks for a tool call → the
 terminal tool runs → the final answer streams back → ``hermes sessions show`` prints the whole
-transcript → a second request continues the same conversation from state.db.
+transcript → a second request continues the same conversation from state.db. And the books
+the gateway keeps in state.db: the model's usage after each call, a title from the first
+exchange.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -108,6 +112,48 @@ def test_a_tool_using_conversation_over_http(home: Path) -> None:
         assert KEY not in json.dumps(session)
     finally:
         db.close()
+
+
+def _session(home: Path, session_id: str, until: str) -> dict[str, Any]:
+    """The session row once ``until`` is set (titles are written in the background)."""
+    deadline = time.monotonic() + 10
+    with SessionDB(home / "state.db") as db:
+        while True:
+            row = db.get_session(session_id)
+            assert row is not None
+            if row.get(until) is not None or time.monotonic() > deadline:
+                return row
+            time.sleep(0.05)
+
+
+def test_token_counts_and_title_land_in_state_db(home: Path) -> None:
+    # Each model call reports 21 prompt and 7 completion tokens. Turn 1 makes two calls (a
+    # tool round, then the answer), turn 2 one.
+    script = [Reply(tool_calls=[tool_call("call_1", "terminal", {"command": "echo hi"})]),
+              Reply(content="It printed hi."),
+              Reply(content="Still hi.")]
+    with FakeOpenAI(*script) as model_server, GatewayProcess(
+        home, "--base-url", model_server.url, "--model", "fake-model",
+        API_SERVER_KEY=KEY, OPENAI_API_KEY="sk-upstream",
+    ) as gateway:
+        client = openai.OpenAI(base_url=gateway.url, api_key=KEY, max_retries=0)
+        raw = client.chat.completions.with_raw_response.create(
+            model="hermes-agent",
+            messages=[{"role": "user", "content": "Run echo hi for me\nand tell me what it says"}])
+        session_id = raw.headers[SESSION_HEADER]
+        books = _session(home, session_id, until="title")
+        assert books["title"] == "Run echo hi for me"
+        assert (books["input_tokens"], books["output_tokens"]) == (42, 14)
+        assert books["api_call_count"] == 2 and books["model"] == "fake-model"
+
+        client.chat.completions.create(
+            model="hermes-agent", messages=[{"role": "user", "content": "again?"}],
+            extra_headers={SESSION_HEADER: session_id})
+        books = _session(home, session_id, until="title")
+        assert (books["input_tokens"], books["output_tokens"]) == (63, 21)
+        assert books["api_call_count"] == 3
+        assert books["title"] == "Run echo hi for me"  # the first exchange's, kept
+    assert gateway.returncode == 0, gateway.output()
 
 
 def _post(port: int, body: bytes, key: str | None = KEY,

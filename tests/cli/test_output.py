@@ -7,6 +7,7 @@ import io
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pexpect
@@ -88,6 +89,15 @@ def test_progress_shows_on_a_terminal_once_work_takes_long() -> None:
         hidden.advance(10)
         hidden.close()
         assert isinstance(out.file, io.StringIO) and out.file.getvalue() == ""
+
+
+def test_progress_shows_during_one_long_call_that_reports_nothing() -> None:
+    terminal = io.StringIO()
+    display = ProgressDisplay("pruning", None, show_after=0.05,
+                              out=Console(file=terminal, force_terminal=True, width=80))
+    time.sleep(0.5)  # as a prune of a large store does: one call, no advance
+    display.close()
+    assert "pruning" in terminal.getvalue()
 
 
 def test_recover_reports_progress_file_by_file(db_path: Path) -> None:

@@ -74,7 +74,8 @@ def test_list_json_is_every_column_of_every_session(
     assert code == 0
     listed = json.loads(out)
     with SessionDB(db_path) as db:
-        assert listed == json.loads(json.dumps(db.list_sessions(), default=str))
+        assert listed == json.loads(json.dumps(db.list_sessions_rich(compact_rows=True),
+                                               default=str))
     assert [s["id"] for s in listed] == ["s-local", "s-api"]
     assert listed[1]["session_key"] == "agent:main:api_server:dm:conv-1"
 

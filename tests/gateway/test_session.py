@@ -241,7 +241,7 @@ def test_reset_ends_the_old_session(db: SessionDB) -> None:
     old = store.get_or_create_session(_source())
     new = store.reset_session(old.session_key)
     assert new is not None and new.session_id != old.session_id
-    assert db.get_session(old.session_id)["end_reason"] == "new_session"  # type: ignore[index]
+    assert db.get_session(old.session_id)["end_reason"] == "session_reset"  # type: ignore[index]
     assert store.get_or_create_session(_source()).session_id == new.session_id
     assert store.reset_session("unknown") is None
 

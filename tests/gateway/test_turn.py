@@ -148,7 +148,7 @@ async def test_new_command_starts_a_new_session(make_runner: RunnerFactory) -> N
     old = current_session_id(runner)
     assert await runner._handle_message(event("/new")) == "Started a new conversation."
     assert current_session_id(runner) != old
-    assert runner_db(runner).get_session(old)["end_reason"] == "new_session"
+    assert runner_db(runner).get_session(old)["end_reason"] == "session_reset"
     assert await runner._handle_message(event("two")) == "echo: two [history=0]"
     assert len(scripted_agent.BUILDS) == 2  # the old session's agent was not reused
 

@@ -102,6 +102,8 @@ class ConversationLoop:
             self, messages: Sequence[Any], conversation_history: Sequence[Any] | None = None
         ) -> bool: ...
 
+        def _record_usage(self, prompt_tokens: int, completion_tokens: int, model: str) -> None: ...
+
     def _init_conversation(
         self,
         *,
@@ -237,6 +239,9 @@ class ConversationLoop:
             finish_reason = response.finish_reason
             messages.append(_assistant_message(response))
             persisted = self._flush_messages_to_session_db(messages, conversation_history)
+            if not isinstance(self.backend, OfflineBackend):  # its counts are estimates
+                self._record_usage(response.prompt_tokens, response.completion_tokens,
+                                   self.model)
             if not response.tool_calls:
                 final_response = response.content or ""
                 completed = True

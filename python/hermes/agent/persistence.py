@@ -147,6 +147,22 @@ class TranscriptPersistence:
         self._session_db_created = True
         self._session_row_for = session_id
 
+    def _record_usage(self, prompt_tokens: int, completion_tokens: int, model: str) -> None:
+        """Adds one model call's usage to the session's token counts
+        (``update_token_counts``). A call that reported no usage writes
+        nothing; a failure is logged, never the turn's: the counts are bookkeeping."""
+        db, session_id = self._session_db, self.session_id
+        if (db is None or self._persist_disabled or not session_id
+                or not (prompt_tokens or completion_tokens)):
+            return
+        try:
+            db.update_token_counts(session_id, input_tokens=prompt_tokens,
+                                   output_tokens=completion_tokens, model=model,
+                                   api_call_count=1)
+        except HermesError as exc:
+            logger.warning("session %s: token counts of a model call not recorded: %s",
+                           session_id, exc)
+
     def _import_pending_spool(self, db: SessionDB, session_id: str) -> None:
         """A spooled tail must reach the database before anything newer.
 

@@ -9,6 +9,12 @@
     hermes sessions search QUERY [--source S] [--session ID] [--limit N] [--json]
     hermes sessions export ID --format jsonl|md [-o FILE]
     hermes sessions recover
+    hermes sessions browse [--source S] [--limit N]
+    hermes sessions rename ID TITLE...
+    hermes sessions delete ID [--yes] [--json]
+    hermes sessions prune|archive [FILTERS] [--dry-run] [--yes] [--json]
+    hermes sessions stats|optimize [--json]
+    hermes sessions repair [--check-only] [--no-backup] [--json]
     hermes doctor
     hermes --version
 

@@ -16,6 +16,7 @@ import errno
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -151,7 +152,9 @@ def when(value: Any) -> str:
 
 class ProgressDisplay:
     """A progress bar on stderr that appears once the work has taken
-    ``SHOW_PROGRESS_AFTER`` seconds, and only on a terminal."""
+    ``SHOW_PROGRESS_AFTER`` seconds, and only on a terminal. It appears then even while the
+    work is one long call that reports nothing (a prune, a count of a large store): a timer
+    shows it, and rich keeps it moving from its own thread."""
 
     def __init__(self, description: str, total: int | None, *, out: Console | None = None,
                  show_after: float = SHOW_PROGRESS_AFTER) -> None:
@@ -159,7 +162,12 @@ class ProgressDisplay:
         self._progress = Progress(console=self._out, transient=True)
         self._task: TaskID = self._progress.add_task(description, total=total)
         self._show_at = time.monotonic() + show_after
-        self._shown = False
+        self._lock = threading.Lock()
+        self._shown = self._closed = False
+        self._timer = threading.Timer(show_after, self._reveal)
+        self._timer.daemon = True
+        if self._out.is_terminal:
+            self._timer.start()
 
     def advance(self, amount: int = 1) -> None:
         self._progress.advance(self._task, amount)
@@ -171,18 +179,27 @@ class ProgressDisplay:
 
     def _reveal_when_due(self) -> None:
         if not self._shown and self._out.is_terminal and time.monotonic() >= self._show_at:
-            self._shown = True
-            self._progress.start()
+            self._reveal()
+
+    def _reveal(self) -> None:
+        with self._lock:
+            if not self._closed and not self._shown:
+                self._shown = True
+                self._progress.start()
 
     def close(self) -> None:
-        if self._shown:
-            self._progress.stop()
+        self._timer.cancel()
+        with self._lock:
+            self._closed = True
+            if self._shown:
+                self._progress.stop()
 
 
 @contextlib.contextmanager
 def progress(description: str, total: int | None = None) -> Iterator[ProgressDisplay]:
     """``with progress("exporting", total=n) as bar: ... bar.advance()``: the one progress
-    display of long work (export, recover; prune, import, repair, migrate)."""
+    display of long work (export, recover, prune, archive, optimize, and reads of a large
+    store)."""
     display = ProgressDisplay(description, total)
     try:
         yield display

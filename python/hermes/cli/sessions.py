@@ -15,7 +15,7 @@ from typing import IO, Any
 
 from rich.text import Text
 
-from hermes.cli import transcripts
+from hermes.cli import browse, pruning, store_upkeep, transcripts
 from hermes.cli.arguments import Commands, add_db_flag, add_json_flag, count
 from hermes.cli.configuration import open_db, store_location
 from hermes.cli.output import (
@@ -82,14 +82,27 @@ def add_commands(commands: Commands) -> None:
     add_db_flag(recover)
     recover.set_defaults(handler=recover_spools)
 
+    rename = session_commands.add_parser("rename", help="set or change a session's title")
+    rename.add_argument("id", help=_IDENT_HELP)
+    rename.add_argument("title", nargs="+", help="the new title (words are joined by spaces)")
+    add_db_flag(rename)
+    rename.set_defaults(handler=rename_session)
+
+    pruning.add_commands(session_commands)
+    store_upkeep.add_commands(session_commands)
+    browse.add_commands(session_commands)
+
 
 def list_sessions(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     # No database yet (a new $HERMES_HOME): nothing is stored, and a reading command creates
     # no file.
     if store_exists(store_location(args)):
-        with open_db(args) as db:
-            rows = db.list_sessions(source=args.source, limit=args.limit)
+        with open_db(args) as db, progress("reading sessions"):
+            # As hermes-agent lists them: archived sessions, sub-agent runs and compression
+            # continuations hidden (a compressed conversation is one row).
+            rows = db.list_sessions_rich(source=args.source, limit=args.limit,
+                                         compact_rows=True)
     if args.json:
         print_json(rows)
         return 0
@@ -124,7 +137,7 @@ def show_session(args: argparse.Namespace) -> int:
 
 
 def search_messages(args: argparse.Namespace) -> int:
-    with open_db(args) as db:
+    with open_db(args) as db, progress("searching"):
         sources = [args.source] if args.source else None
         hits = db.search_messages(args.query, source_filter=sources, limit=args.limit,
                                   session_id=args.session)
@@ -175,6 +188,18 @@ def _write(out: IO[str], lines: Iterator[str], total: int, *, show_progress: boo
         for line in lines:
             out.write(line)
             bar.advance()
+
+
+def rename_session(args: argparse.Namespace) -> int:
+    from hermes.session_lookup import find_session
+
+    title = " ".join(" ".join(args.title).split())
+    with open_db(args) as db:
+        session = find_session(db, args.id)
+        # A title another session has, or one too long, is a ValueError saying so.
+        db.set_session_title(session["id"], title)
+    print_text(f"session {session['id']} is now titled {title!r}")
+    return 0
 
 
 def recover_spools(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ from datetime import datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from hermes.errors import SessionNotFoundError, StateDbError
+from hermes.errors import InvalidTitleError, SessionNotFoundError, TitleInUseError
 from hermes.gateway.events import SessionSource
 from hermes.gateway.seams import CommandHost
 from hermes.session_lookup import find_session, recent_sessions
@@ -124,11 +124,12 @@ def _title(store: SessionStore, source: SessionSource, title: str) -> str:
     if len(title) > MAX_TITLE_LENGTH:
         return f"That title is {len(title)} characters long; the limit is {MAX_TITLE_LENGTH}."
     try:
-        store.state_db.update_session(entry.session_id, title=title)
-    except StateDbError as exc:
-        if "UNIQUE" not in str(exc):
-            raise
+        store.state_db.set_session_title(entry.session_id, title)
+    except TitleInUseError:
+        # Its message names the session that has it, which may be someone else's.
         return f"Another conversation is already titled {title!r}; choose another title."
+    except InvalidTitleError as exc:
+        return f"That title cannot be used: {exc}"
     return f"Title set: {title}"
 
 

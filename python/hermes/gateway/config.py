@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
@@ -44,6 +45,8 @@ class Platform(Enum):
 
 BusyPolicy = Literal["queue", "interrupt"]
 _BUSY_POLICIES: tuple[BusyPolicy, ...] = ("queue", "interrupt")
+ResetMode = Literal["none", "idle", "daily", "both"]
+_RESET_MODES: tuple[ResetMode, ...] = ("none", "idle", "daily", "both")
 _SYNCHRONOUS: tuple[Synchronous, ...] = ("FULL", "NORMAL")
 
 
@@ -71,6 +74,40 @@ class PlatformConfig:
 
 def _default_platforms() -> dict[Platform, PlatformConfig]:
     return {Platform.API_SERVER: PlatformConfig(enabled=True)}
+
+
+@dataclass(frozen=True)
+class SessionResetPolicy:
+    """When a chat's conversation expires and its next message starts a new one (hermes-agent's
+    ``session_reset``): ``idle`` after ``idle_minutes`` without a turn, ``daily`` at the first
+    message after ``at_hour`` o'clock (local time), ``both`` whichever comes first, ``none``
+    never (the default). The expired session is ended with the reason ``idle`` or ``daily``."""
+
+    mode: ResetMode = "none"
+    idle_minutes: float = 1440.0
+    at_hour: int = 4
+
+    def __post_init__(self) -> None:
+        _check(self.mode in _RESET_MODES, "session_reset.mode", self.mode,
+               "use 'none', 'idle', 'daily' or 'both'")
+        _check(self.idle_minutes > 0, "session_reset.idle_minutes", self.idle_minutes,
+               "use a positive number of minutes")
+        _check(0 <= self.at_hour <= 23, "session_reset.at_hour", self.at_hour,
+               "use an hour from 0 to 23")
+
+    def expiry(self, last_active: datetime, now: datetime) -> str | None:
+        """Why a conversation last active at ``last_active`` has expired by ``now`` (``"idle"``
+        or ``"daily"``), or ``None`` while it goes on."""
+        if self.mode in ("idle", "both") and now - last_active > timedelta(
+                minutes=self.idle_minutes):
+            return "idle"
+        if self.mode in ("daily", "both"):
+            boundary = now.replace(hour=self.at_hour, minute=0, second=0, microsecond=0)
+            if now < boundary:
+                boundary -= timedelta(days=1)
+            if last_active < boundary:
+                return "daily"
+        return None
 
 
 @dataclass(frozen=True)
@@ -102,6 +139,8 @@ class GatewayConfig:
     group_sessions_per_user: bool = True
     #: Threads are shared by their participants unless this is on.
     thread_sessions_per_user: bool = False
+    #: When a chat's conversation expires (default: never).
+    session_reset: SessionResetPolicy = field(default_factory=SessionResetPolicy)
     #: "module:callable" building agents instead of ``hermes.agent.AIAgent``.
     agent_factory: str | None = None
     #: The session store (``load_config`` puts config.yaml's ``database.url`` or top-level

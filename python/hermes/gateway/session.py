@@ -233,18 +233,40 @@ class SessionStore:
 
     def get_or_create_session(self, source: SessionSource,
                               session_id: str | None = None) -> SessionEntry:
-        """The key's current conversation; a new one (sessions row + routing) if it has none,
-        with ``session_id`` as its id when given. A key already in memory is answered without
-        touching the database."""
+        """The key's current conversation; a new one (sessions row + routing) if it has none
+        or its conversation expired (the gateway's ``session_reset``; the old one is ended
+        ``idle`` or ``daily``), with ``session_id`` as its id when given (such a conversation,
+        a client's, never expires). A key already in memory and not expired is answered
+        without touching the database."""
         key = self.session_key(source)
         entry = self._loaded().get(key)
-        if entry is not None:
+        expires = session_id is None  # a caller-named session is the caller's to end
+        if entry is not None and not (expires and self._expiry(entry)):
             return entry
         with self._write_lock:
             entry = self._find(key)
             if entry is None:
-                entry = self._create(key, source, session_id)
-            return entry
+                return self._create(key, source, session_id)
+            reason = self._expiry(entry) if expires else None
+            if reason is None:
+                return entry
+            # Expired (``session_reset``): this message starts the key's next conversation.
+            logger.info("conversation %s of %s expired (%s); starting a new one",
+                        entry.session_id, key, reason)
+            self._state_db.promote_to_session_reset(entry.session_id, reason)
+            return self._create(key, entry.origin or source, session_id)
+
+    def _expiry(self, entry: SessionEntry) -> str | None:
+        policy = self._config.session_reset
+        return None if policy.mode == "none" else policy.expiry(entry.updated_at, datetime.now())
+
+    def has_expired(self, source: SessionSource) -> bool:
+        """Whether the key's conversation in memory has expired, so that its next
+        ``get_or_create_session`` ends it and writes a new one. Memory only."""
+        if self._config.session_reset.mode == "none":
+            return False
+        entry = self._loaded().get(self.session_key(source))
+        return entry is not None and self._expiry(entry) is not None
 
     def find_session(self, source: SessionSource) -> SessionEntry | None:
         """The key's current conversation, or ``None``: like ``get_or_create_session`` without
@@ -383,7 +405,9 @@ class SessionStore:
             old = self._loaded().get(session_key)
             if old is None:
                 return None
-            self._state_db.end_session(old.session_id, "new_session")
+            # As hermes-agent's gateway: an accidental end (agent_close) becomes the reset, so
+            # that no recovery reopens what the user left.
+            self._state_db.promote_to_session_reset(old.session_id, "session_reset")
             # Entries written by other gateway versions may lack an origin.
             source = old.origin or SessionSource(old.platform or Platform.LOCAL, "")
             return self._create(session_key, source)

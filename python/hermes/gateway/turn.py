@@ -11,7 +11,8 @@ conversation's queued messages one turn at a time. ``handle_with_agent`` is one 
 4. write the transcript (``transcript.write_turn``);
 5. update the routing entry, then re-baseline the agent cache's message count — after every
    write of the turn, so this process's own rows never look like another process's;
-6. emit the hooks and return the reply for the adapter to send.
+6. after a conversation's first exchange, title it (``auto_title``, in the background);
+   emit the hooks and return the reply for the adapter to send.
 
 A client turn (``event.client``, the api_server; ``hermes.gateway.client_turn``) is routed by
 its caller and conversation first, and is never a command. Stateless, step 1 reads no
@@ -38,7 +39,7 @@ from typing import Any
 
 from hermes.agent.conversation import inbound_message_id
 from hermes.errors import HermesError, WriterBusyError
-from hermes.gateway import client_turn, commands, redelivery, resume, transcript
+from hermes.gateway import auto_title, client_turn, commands, redelivery, resume, transcript
 from hermes.gateway.client_turn import TurnReport
 from hermes.gateway.events import MessageEvent, SessionSource
 from hermes.gateway.seams import TurnHost
@@ -159,6 +160,10 @@ async def handle_with_agent(runner: TurnHost, event: MessageEvent, source: Sessi
     if client is not None:
         client.report = TurnReport.of(result, entry.session_id)
     reply = result.get("final_response")
+    if reply and not result.get("failed") and auto_title.is_first_exchange(opened.history):
+        # Off the reply's path: the title is bookkeeping.
+        runner._spawn(runner.async_session_store.call(
+            lambda s: auto_title.set_auto_title(s.state_db, entry.session_id, event.text)))
     await runner.hooks.emit("agent:end", {**context, "response": reply,
                                           "seconds": time.monotonic() - started})
     return str(reply) if reply is not None else None
@@ -183,7 +188,9 @@ async def _open(runner: TurnHost, event: MessageEvent, source: SessionSource,
         return await _open_stateless(runner, source, session_key, client.history)
     store = runner.async_session_store
     create = client is None  # a client names a conversation to continue: it must exist
-    if not runner._has_cached_agent(session_key):
+    # An expired conversation is ended and a new one written: never on the loop.
+    if not runner._has_cached_agent(session_key) or store.call_here(
+            lambda s: s.has_expired(source)):
         opened = await store.call(_open_turn, source, create)
         if opened is None:
             return None
