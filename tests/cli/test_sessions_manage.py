@@ -260,9 +260,6 @@ DAMAGE = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
           "c.commit()")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "SessionDB.rebuild_fts deletes and re-inserts the indexed rows, which leaves a damaged "
-    "index's segments in place (FTS5's own 'rebuild' command replaces them)"))
 def test_repair_rebuilds_a_damaged_search_index(hermes_home: Path, store: Path) -> None:
     assert as_json(hermes(hermes_home, "sessions", "repair", "--check-only", "--json"))[
         "healthy"] is True

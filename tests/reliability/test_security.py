@@ -288,6 +288,8 @@ REVIEWED_SQL_FORMATS = {
         "a constant column list (MESSAGE_COLUMNS or CONVERSATION_COLUMNS); a constant clause",
     ("search_index.rs", "INSERT INTO {table}({table}) VALUES ('optimize')"):
         "a table name from the constant KNOWN_INDEXES",
+    ("search_index.rs", "INSERT INTO {table}({table}) VALUES ('rebuild')"):
+        "a table name from the constant KNOWN_INDEXES",
     ("search_index.rs", "DELETE FROM {table}"):
         "a table name from the constant KNOWN_INDEXES",
     ("search_index.rs", "INSERT INTO {table}(rowid, content) SELECT id, {INDEXED_TEXT} FROM messages"):

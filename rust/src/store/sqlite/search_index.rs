@@ -257,6 +257,13 @@ pub fn upkeep(conn: &Connection, upkeep: IndexUpkeep) -> rusqlite::Result<u64> {
                 )?;
             }
             IndexUpkeep::Rebuild => {
+                // FTS5's own rebuild first: it discards the index's b-tree, so a damaged
+                // one is replaced (the row-by-row delete below would read the damage);
+                // then the rows are taken from `messages`, the canonical text.
+                conn.execute(
+                    &format!("INSERT INTO {table}({table}) VALUES ('rebuild')"),
+                    [],
+                )?;
                 conn.execute(&format!("DELETE FROM {table}"), [])?;
                 conn.execute(
                     &format!("INSERT INTO {table}(rowid, content) SELECT id, {INDEXED_TEXT} FROM messages"),
