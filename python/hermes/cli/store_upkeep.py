@@ -66,12 +66,15 @@ def show_stats(args: argparse.Namespace) -> int:
             "messages": db.message_count(),
             "by_source": {source: count for source in _SOURCES
                           if (count := db.session_count(source=source, include_archived=True))},
-            "database_bytes": _size(db.db_path),
+            # A PostgreSQL store has no file to measure.
+            "database_bytes": _size(db.db_path) if isinstance(db.db_path, Path) else None,
         }
     if args.json:
         print_json(stats)
         return 0
-    print_text(f"database: {stats['database']} ({_megabytes(stats['database_bytes'])})",
+    size = stats["database_bytes"]
+    where = stats["database"] + (f" ({_megabytes(size)})" if size is not None else "")
+    print_text(f"database: {where}",
                f"sessions: {stats['sessions']} ({stats['archived']} archived)",
                f"messages: {stats['messages']}",
                *(f"  {source}: {count} sessions" for source, count in stats["by_source"].items()))
@@ -80,11 +83,12 @@ def show_stats(args: argparse.Namespace) -> int:
 
 def optimize_store(args: argparse.Namespace) -> int:
     with open_db(args) as db:
-        before = _size(db.db_path)
+        path = _file(db, "optimize")
+        before = _size(path)
         with progress("optimizing (search index merge, VACUUM)"):
             merged = db.optimize_fts()
             db.vacuum()
-        after = _size(db.db_path)
+        after = _size(path)
     if args.json:
         print_json({"search_indexes_merged": merged, "bytes_before": before,
                     "bytes_after": after})
@@ -107,7 +111,7 @@ def repair_store(args: argparse.Namespace) -> int:
                            else f"{db.db_path}: {problem}; `hermes sessions repair` rebuilds "
                                 "the search index")
             return 0 if problem is None else 1
-        backup = None if args.no_backup else _backup(db.db_path)
+        backup = None if args.no_backup else _backup(_file(db, "repair"))
         with progress("rebuilding the search index"):
             rebuilt = db.rebuild_fts()
         after = _search_index_problem(db)
@@ -153,6 +157,15 @@ def _backup(path: Path) -> Path:
 def _size(path: Path) -> int:
     """The database's bytes on disk, its write-ahead log included."""
     return sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if p.exists())
+
+
+def _file(db: SessionDB, command: str) -> Path:
+    """The store's file: ``command`` works on a state.db file, not on a PostgreSQL server."""
+    if isinstance(db.db_path, Path):
+        return db.db_path
+    raise CommandError(f"`hermes sessions {command}` works on a state.db file, and "
+                       f"{db.db_path} is a PostgreSQL server; use the server's own tools "
+                       "(VACUUM, REINDEX) there")
 
 
 def _megabytes(size: int) -> str:
