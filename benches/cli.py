@@ -25,8 +25,6 @@ Markdown section. A full run takes ~30 minutes here, most of it the prunes (six 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
 import shutil
 import statistics
@@ -39,8 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib and the other benches
 
-from benchlib import paths, protocol  # noqa: E402
-from benchlib.machine import code_identity, loadavg, machine  # noqa: E402
+from benchlib import paths, record, protocol  # noqa: E402
 from benchlib.render import ratio, table  # noqa: E402
 
 RESULTS = paths.PUBLISHED_RESULTS / "cli.json"
@@ -164,16 +161,8 @@ def main() -> int:
     upstream = [str(Path(peers).parent / "hermes")] if peers else None
     ours = [sys.executable, "-m", "hermes.cli"]
     scratch = Path(tempfile.mkdtemp(prefix="hermes-cli-bench-"))
-    doc: dict[str, Any] = {
-        "bench": "cli",
-        "kind": "quick" if args.quick else "full",
-        "command": " ".join(["python", "benches/cli.py", *sys.argv[1:]]),
-        "utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": machine(scratch),
-        "code": code_identity(sys.executable),
-        "loadavg_start": loadavg(),
-        "rounds": rounds,
-    }
+    doc = record.start("cli", args.quick, scratch)
+    doc["rounds"] = rounds
     try:
         store = scratch / "store" / "state.db"
         store.parent.mkdir()
@@ -190,13 +179,8 @@ def main() -> int:
         doc["results"] = measure(store, scratch, ours, upstream, rounds, started)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    doc["loadavg_end"] = loadavg()
-    doc["wall_s"] = round(time.monotonic() - started, 1)
-    quick = "-quick" if args.quick else ""
-    out = (args.out or paths.results_dir(args.publish) / f"{RESULTS.stem}{quick}.json").resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    doc["results_file"] = paths.shown(out)
-    out.write_text(json.dumps(doc, indent=1) + "\n")
+    out = record.finish(doc, started, quick=args.quick, out=args.out, publish=args.publish,
+                        stem=RESULTS.stem)
     print(render(doc))
     print(f"\ncli: wrote {out} ({doc['wall_s']} s)", file=sys.stderr)
     return 0

@@ -40,7 +40,6 @@ sessions) ~1 minute.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import gc
 import json
 import math
@@ -60,8 +59,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib and the other benches
 
 import workload  # noqa: E402
-from benchlib import paths, protocol, stats  # noqa: E402
-from benchlib.machine import code_identity, loadavg, machine  # noqa: E402
+from benchlib import paths, record, protocol, stats  # noqa: E402
+from benchlib.machine import code_identity, loadavg  # noqa: E402
 from benchlib.render import g, ms, ratio, table  # noqa: E402
 
 ns = time.perf_counter_ns
@@ -547,15 +546,7 @@ def main() -> int:
     parts = [p for p in args.parts.split(",") if p]
     peers = protocol.peers_python(args.peers_python)
     scratch = Path(tempfile.mkdtemp(prefix="hermes-scale-"))
-    doc: dict[str, Any] = {
-        "bench": "scale",
-        "kind": "quick" if args.quick else "full",
-        "command": " ".join(["python", "benches/scale.py", *sys.argv[1:]]),
-        "utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": machine(scratch),
-        "code": code_identity(sys.executable),
-        "loadavg_start": loadavg(),
-    }
+    doc = record.start("scale", args.quick, scratch)
     procs: list[protocol.Worker] = []
     try:
         ours = serving(sys.executable, "hermes", scratch / "home-hermes")
@@ -580,15 +571,10 @@ def main() -> int:
             print(f"scale: scratch kept in {scratch}", file=sys.stderr)
         else:
             shutil.rmtree(scratch, ignore_errors=True)
-    doc["loadavg_end"] = loadavg()
     doc["code"]["core_sha256_end"] = code_identity(sys.executable)["core_sha256"]
-    doc["wall_s"] = round(time.monotonic() - started, 1)
-    quick = "-quick" if args.quick else ""
-    out = (args.out or paths.results_dir(args.publish) / f"{RESULTS.stem}{quick}.json").resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    doc["results_file"] = paths.shown(out)
-    out.write_text(json.dumps(doc, indent=1) + "\n")
-    png = (out.parent / "plots" if args.out else paths.plots_dir(args.publish)) / f"{PLOT.stem}{quick}.png"
+    out = record.finish(doc, started, quick=args.quick, out=args.out, publish=args.publish,
+                        stem=RESULTS.stem)
+    png = (out.parent / "plots" if args.out else paths.plots_dir(args.publish)) / f"{PLOT.stem}{'-quick' if args.quick else ''}.png"
     if "growth" in doc and peers:
         subprocess.run([peers, str(Path(__file__).resolve()), "--plot", str(out), str(png)], check=False)
     print(render(doc, paths.shown(png) if png.exists() else None))

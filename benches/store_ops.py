@@ -25,9 +25,7 @@ Each system runs in its own process (``benchlib.protocol``), timing with
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import gc
-import json
 import os
 import shutil
 import sys
@@ -40,8 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib and the workload
 
 import workload  # noqa: E402
-from benchlib import paths, protocol, stats  # noqa: E402
-from benchlib.machine import code_identity, loadavg, machine  # noqa: E402
+from benchlib import paths, record, protocol, stats  # noqa: E402
 from benchlib.render import ms, ratio, table  # noqa: E402
 
 ns = time.perf_counter_ns
@@ -237,16 +234,8 @@ def main() -> int:
     cfg = plan(args.quick)
     peers = protocol.peers_python(args.peers_python)
     scratch = Path(tempfile.mkdtemp(prefix="hermes-store-ops-"))
-    doc: dict[str, Any] = {
-        "bench": "store_ops",
-        "kind": "quick" if args.quick else "full",
-        "command": " ".join(["python", "benches/store_ops.py", *sys.argv[1:]]),
-        "utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": machine(scratch),
-        "code": code_identity(sys.executable),
-        "loadavg_start": loadavg(),
-        "plan": cfg,
-    }
+    doc = record.start("store_ops", args.quick, scratch)
+    doc["plan"] = cfg
     procs: list[protocol.Worker] = []
     try:
         ours = serving(sys.executable, "hermes", scratch / "home-hermes")
@@ -260,13 +249,8 @@ def main() -> int:
         for p in procs:
             p.close()
         shutil.rmtree(scratch, ignore_errors=True)
-    doc["loadavg_end"] = loadavg()
-    doc["wall_s"] = round(time.monotonic() - started, 1)
-    quick = "-quick" if args.quick else ""
-    out = (args.out or paths.results_dir(args.publish) / f"{RESULTS.stem}{quick}.json").resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    doc["results_file"] = paths.shown(out)
-    out.write_text(json.dumps(doc, indent=1) + "\n")
+    out = record.finish(doc, started, quick=args.quick, out=args.out, publish=args.publish,
+                        stem=RESULTS.stem)
     print(render(doc))
     print(f"\nstore_ops: wrote {out} ({doc['wall_s']} s)", file=sys.stderr)
     return 0
