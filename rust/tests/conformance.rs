@@ -772,7 +772,7 @@ fn queries_filter_order_page_and_derive() {
 
 #[test]
 fn lineage_and_upkeep_values_are_derived_per_session() {
-    // PostgreSQL: the lineage derived values are not translated yet.
+    // PostgreSQL: the compression chain's derived values are not translated yet.
     on_sqlite_only(|open| {
         let db = open();
         // root -> cont (a compression continuation) -> tip; a branch, a

@@ -25,7 +25,14 @@ const MIGRATION_LOCK: i64 = 0x6865_726d_6573;
 
 /// Ours beside the v22 tables: the per-database commit counter that tells
 /// one host's commits from another's (`changes.rs`).
-const OURS: &str = "CREATE SEQUENCE IF NOT EXISTS hermes_commits;";
+const OURS: &str = "CREATE SEQUENCE IF NOT EXISTS hermes_commits;
+CREATE OR REPLACE FUNCTION hermes_json_key(doc text, key text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN doc::jsonb ->> key;
+EXCEPTION WHEN others THEN
+    RETURN NULL;
+END $$;";
 
 /// The v22 DDL in PostgreSQL's types.
 pub fn ddl() -> String {

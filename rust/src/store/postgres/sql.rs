@@ -312,11 +312,35 @@ impl<'v> Sql<'v> {
                 self.column(alias, "estimated_cost_usd");
                 self.push(", 0)");
             }
+            Term::Derived(Derived::Listed) => {
+                self.push("CASE WHEN (");
+                self.column(alias, "parent_session_id");
+                self.push(" IS NULL OR ");
+                self.marker(alias, "_branched_from");
+                self.push(" IS NOT NULL OR EXISTS (SELECT 1 FROM sessions p WHERE p.id = ");
+                self.column(alias, "parent_session_id");
+                self.push(" AND p.end_reason = 'branched' AND ");
+                self.column(alias, "started_at");
+                self.push(" >= p.ended_at)) AND ");
+                self.marker(alias, "_delegate_from");
+                self.push(" IS NULL THEN 1 ELSE 0 END");
+            }
+            Term::Derived(Derived::DelegateFrom) => self.marker(alias, "_delegate_from"),
             Term::Derived(other) => {
                 self.unsupported.get_or_insert(*other);
                 self.push("NULL");
             }
         }
+    }
+
+    /// `key` of the session's `model_config` JSON, NULL when it is not JSON (the schema's
+    /// `hermes_json_key`: PostgreSQL 15 has no JSON validity test to guard a cast with).
+    fn marker(&mut self, alias: usize, key: &'static str) {
+        self.push("hermes_json_key(");
+        self.column(alias, "model_config");
+        self.push(", '");
+        self.push(key);
+        self.push("')");
     }
 
     fn filter(&mut self, alias: usize, relation: Relation, filter: &'v Filter) {
