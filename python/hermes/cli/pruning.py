@@ -13,8 +13,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rich.text import Text
-
 from hermes.cli import session_filters
 from hermes.cli.arguments import Commands, add_db_flag, add_json_flag
 from hermes.cli.configuration import open_db
@@ -143,7 +141,7 @@ def _preview(candidates: list[dict[str, Any]], title: str, *, limit: int | None,
                   row.get("model") or "", str(_messages(row)), row.get("title") or ""]
                  for row in shown])
     if len(candidates) > len(shown):
-        print_text(Text(f"... and {len(candidates) - len(shown)} more", style="dim"))
+        print_text(f"... and {len(candidates) - len(shown)} more")
 
 
 def _transcript_files() -> Path:

@@ -11,9 +11,7 @@ import argparse
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
-
-from rich.text import Text
+from typing import IO, TYPE_CHECKING, Any
 
 from hermes.cli import browse, pruning, store_upkeep, transcripts
 from hermes.cli.arguments import Commands, add_db_flag, add_json_flag, count
@@ -31,6 +29,9 @@ from hermes.cli.output import (
     when,
 )
 from hermes.paths import store_exists
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 _IDENT_HELP = ("session id (an api_server answer's X-Hermes-Session-Id) or title, chat id "
                "or session key")
@@ -126,6 +127,8 @@ def show_session(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"session": session, "messages": messages})
         return 0
+    from rich.text import Text
+
     print_text(Text(f"session {session['id']}", style="bold"),
                *(Text(f"  {key}: {value}", style="dim")
                  for key, value in transcripts.heading(session)))
@@ -156,6 +159,8 @@ def search_messages(args: argparse.Namespace) -> int:
 
 def _highlight(snippet: str) -> Text:
     """The store marks matches as >>>word<<<; show them bold instead."""
+    from rich.text import Text
+
     text = Text()
     for index, piece in enumerate(snippet.replace("<<<", ">>>").split(">>>")):
         text.append(piece, style="bold reverse" if index % 2 else "")
@@ -210,9 +215,8 @@ def recover_spools(args: argparse.Namespace) -> int:
     if not report.imported and not report.failed:
         print_text("nothing to recover: no spooled messages")
         return 0
-    print_text(*(Text(f"imported {written} messages from {path}")
+    print_text(*(f"imported {written} messages from {path}"
                  for path, written in report.imported.items()),
-               *(Text(f"could not import {path}: {reason}", style="red")
-                 for path, reason in report.failed.items()),
+               *(f"could not import {path}: {reason}" for path, reason in report.failed.items()),
                f"{report.written} messages recovered, {len(report.failed)} files failed")
     return 1 if report.failed else 0

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
-
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from hermes.cli.output import when
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 _ROLE_STYLES = {"user": "bold green", "assistant": "bold cyan", "tool": "bold yellow",
                 "system": "bold magenta"}
@@ -25,6 +26,8 @@ def heading(session: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def message_text(message: dict[str, Any]) -> Text:
+    from rich.text import Text
+
     role = str(message.get("role"))
     if role == "session_meta":
         return Text(f"[session_meta] {json.dumps(_meta_details(message), default=str)}",
