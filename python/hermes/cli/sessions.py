@@ -8,6 +8,7 @@ key, and then pick that conversation's newest session. Option names follow herme
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,8 +43,15 @@ def add_commands(commands: Commands) -> None:
     sessions.set_defaults(help_parser=sessions)
     session_commands = sessions.add_subparsers(title="commands", metavar="COMMAND")
 
-    listing = session_commands.add_parser("list", help="newest sessions first")
+    listing = session_commands.add_parser(
+        "list", help="newest sessions first",
+        description="Archived sessions, sub-agent runs and compression continuations are "
+                    "hidden, and so are other tools' sessions (source tool) unless --source "
+                    "names one.")
     listing.add_argument("--source", help="only this platform (api_server, local, ...)")
+    listing.add_argument("--workspace", metavar="NEEDLE",
+                         help="only sessions of one workspace: its git repo root (else its "
+                              "working directory) contains NEEDLE, e.g. a repo's name")
     listing.add_argument("--limit", type=count, default=20, help="how many (default 20)")
     add_json_flag(listing)
     add_db_flag(listing)
@@ -101,21 +109,35 @@ def list_sessions(args: argparse.Namespace) -> int:
     if store_exists(store_location(args)):
         with open_db(args) as db, progress("reading sessions"):
             # As hermes-agent lists them: archived sessions, sub-agent runs and compression
-            # continuations hidden (a compressed conversation is one row).
-            rows = db.list_sessions_rich(source=args.source, limit=args.limit,
-                                         compact_rows=True)
+            # continuations hidden (a compressed conversation is one row), and other tools'.
+            rows = db.list_sessions_rich(
+                source=args.source, exclude_sources=None if args.source else ["tool"],
+                workspace=args.workspace, limit=args.limit, compact_rows=True)
     if args.json:
         print_json(rows)
         return 0
     columns = [Column("id", is_id=True), Column("title"), Column("source"),
                Column("chat"), Column("started"), Column("messages"),
                Column("ended")]
+    # A workspace column only where some session has one (or one was asked for).
+    workspaces = [_workspace_name(row) for row in rows]
+    with_workspace = bool(args.workspace) or any(workspaces)
+    if with_workspace:
+        columns.insert(2, Column("workspace"))
     print_table(f"{plural(len(rows), 'session')} (newest first)", columns, [
-        [row["id"], row.get("title") or "", row.get("source") or "",
+        [row["id"], row.get("title") or "",
+         *([workspace] if with_workspace else []), row.get("source") or "",
          str(row.get("chat_id") or row.get("display_name") or ""), when(row.get("started_at")),
          str(row.get("message_count") or 0), row.get("end_reason") or ""]
-        for row in rows])
+        for row, workspace in zip(rows, workspaces)])
     return 0
+
+
+def _workspace_name(row: dict[str, Any]) -> str:
+    """The session's workspace as the list shows it: the folder name of its git repo root,
+    else of its working directory ("" when it has neither)."""
+    where = (row.get("git_repo_root") or "").strip() or (row.get("cwd") or "").strip()
+    return os.path.basename(where.rstrip("/\\")) or where
 
 
 def show_session(args: argparse.Namespace) -> int:
