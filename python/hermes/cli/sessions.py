@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-from collections.abc import Iterator
-from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
-from hermes.cli import browse, pruning, store_upkeep, transcripts
+from hermes.cli import browse, pruning, session_export, store_upkeep, transcripts
 from hermes.cli.arguments import Commands, add_db_flag, add_json_flag, count
 from hermes.cli.configuration import open_db, store_location
 from hermes.cli.output import (
@@ -24,9 +21,7 @@ from hermes.cli.output import (
     print_json,
     print_table,
     print_text,
-    private_file,
     progress,
-    stderr_console,
     when,
 )
 from hermes.paths import store_exists
@@ -74,16 +69,6 @@ def add_commands(commands: Commands) -> None:
     add_db_flag(search)
     search.set_defaults(handler=search_messages)
 
-    export = session_commands.add_parser(
-        "export", help="write a transcript as JSONL or Markdown",
-        description="JSONL: one OpenAI-style message per line. Markdown: a readable document.")
-    export.add_argument("id", help=_IDENT_HELP)
-    export.add_argument("--format", choices=("jsonl", "md"), default="jsonl")
-    export.add_argument("-o", "--output", type=Path,
-                        help="file to write, created mode 0600 (default, or -: stdout)")
-    add_db_flag(export)
-    export.set_defaults(handler=export_session)
-
     recover = session_commands.add_parser(
         "recover", help="import messages spooled while the database was failing",
         description="Re-imports $HERMES_HOME/sessions/*.recovery.jsonl; running it again "
@@ -97,6 +82,7 @@ def add_commands(commands: Commands) -> None:
     add_db_flag(rename)
     rename.set_defaults(handler=rename_session)
 
+    session_export.add_commands(session_commands)
     pruning.add_commands(session_commands)
     store_upkeep.add_commands(session_commands)
     browse.add_commands(session_commands)
@@ -187,34 +173,6 @@ def _highlight(snippet: str) -> Text:
     for index, piece in enumerate(snippet.replace("<<<", ">>>").split(">>>")):
         text.append(piece, style="bold reverse" if index % 2 else "")
     return text
-
-
-def export_session(args: argparse.Namespace) -> int:
-    from hermes.session_lookup import find_session
-
-    with open_db(args) as db:
-        session = find_session(db, args.id)
-        messages = db.get_messages_as_conversation(session["id"])
-    lines = (transcripts.jsonl(messages) if args.format == "jsonl"
-             else transcripts.markdown(session, messages))
-    if args.output is None or str(args.output) == "-":
-        # A bar on the terminal the transcript is printed to would be in its way.
-        _write(sys.stdout, lines, len(messages), show_progress=not sys.stdout.isatty())
-        return 0
-    with private_file(args.output) as out:
-        _write(out, lines, len(messages), show_progress=True)
-    stderr_console().print(f"wrote {plural(len(messages), 'message')} to {args.output}")
-    return 0
-
-
-def _write(out: IO[str], lines: Iterator[str], total: int, *, show_progress: bool) -> None:
-    if not show_progress:
-        out.writelines(lines)
-        return
-    with progress("exporting", total=total) as bar:
-        for line in lines:
-            out.write(line)
-            bar.advance()
 
 
 def rename_session(args: argparse.Namespace) -> int:
