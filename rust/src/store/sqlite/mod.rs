@@ -7,7 +7,8 @@
 //! and `busy` (retry), `write` and `read` (the SQL of each operation, built
 //! by `sql`), `search`, `search_index` / `upkeep` / `indexer` / `checkpoint`
 //! (deferred indexing and checkpoints), `tables` (rows copied out through
-//! the C API), `error` (SQLite failures classified).
+//! the C API), `error` (SQLite failures classified); `mend` (a damaged
+//! schema found and mended on the file, before any store opens it).
 
 mod busy;
 mod checkpoint;
@@ -15,6 +16,7 @@ mod commit;
 mod connection;
 mod error;
 mod indexer;
+pub mod mend;
 mod open;
 mod read;
 mod schema;
