@@ -195,6 +195,13 @@ def test_html_of_several_sessions_links_to_each(hermes_home: Path, store: Path,
     ids = [value for name, value in page.attributes if name == "id"]
     assert len(links) == 5 and [link.lstrip("#") for link in links] == ids
     assert page.tags.count("section") == 5
+    # A compression chain is one section; the link to each of its sessions lands there.
+    page = parsed(exported(hermes_home, "--source", "cli", "--lineage", "logical", "--format",
+                           "html"))
+    links = [value for name, value in page.attributes if name == "href"]
+    ids = [value for name, value in page.attributes if name == "id"]
+    assert len(links) == 2 and all(link.lstrip("#") in ids for link in links)
+    assert page.tags.count("section") == 1
 
 
 def test_markdown_fences_hold_whatever_the_tool_printed(hermes_home: Path,
