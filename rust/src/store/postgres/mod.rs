@@ -7,14 +7,15 @@
 //! One file a job: `connection` (runtime, connect, TLS, reconnect),
 //! `schema` (the DDL and its migrations under an advisory lock), `value`
 //! (values in and out, the NUL escape), `sql` (typed operations as SQL),
-//! `commit` (a batch in one transaction), `write` and `read` (the SQL of
-//! each operation), `changes` (the per-database commit counter), `error`
+//! `commit` (a batch in one transaction), `write`, `import` and `read` (the
+//! SQL of each operation), `changes` (the per-database commit counter), `error`
 //! (server failures classified).
 
 mod changes;
 mod commit;
 mod connection;
 mod error;
+mod import;
 mod read;
 mod schema;
 mod sql;

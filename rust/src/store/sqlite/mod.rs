@@ -14,6 +14,7 @@ mod checkpoint;
 mod commit;
 mod connection;
 mod error;
+mod import;
 mod indexer;
 mod open;
 mod read;
