@@ -228,7 +228,7 @@ impl Import {
             detail: format!(
                 "message {id} is there already as a message of session {theirs:?}, and the \
                  rows being imported have it as a message of session {ours:?}: the two stores' \
-                 message ids overlap; nothing of this import was written. Import into a store \
+                 message ids overlap; none of these rows was written. Copy them into a store \
                  that has none of these ids (a new one)"
             ),
         }
@@ -240,8 +240,8 @@ impl Import {
             kind: crate::error::StorageKind::Other,
             at: at.clone(),
             detail: format!(
-                "messages of session(s) {} cannot be imported: no such session here; nothing of \
-                 this import was written. Import the sessions first",
+                "messages of session(s) {} cannot be imported: no such session here; none of \
+                 these rows was written. Import the sessions first",
                 missing
                     .iter()
                     .map(|s| format!("{s:?}"))
