@@ -800,8 +800,9 @@ class Report:
             "* Measured by separate runs, shown in their own sections when their results file is kept: the gateway "
             "turn overhead (`benches/gateway_turn.py`, `benches/results/gateway_turn.json`), and full-text search "
             "over 1M messages and the database growing to 100k sessions (`benches/scale.py`, "
-            "`benches/results/scale.json`), and the command line on 100k sessions "
-            "(`benches/cli.py`, `benches/results/cli.json`).",
+            "`benches/results/scale.json`), the command line on 100k sessions "
+            "(`benches/cli.py`, `benches/results/cli.json`), and `hermes migrate` on 100k messages "
+            "(`benches/migrate.py`, `benches/results/migrate.json`).",
             "",
         )
 
@@ -823,6 +824,7 @@ class Report:
         self.scale()
         self.store_ops()
         self.cli()
+        self.migrate()
         self.notes()
         return "\n".join(self.lines).rstrip() + "\n"
 
@@ -884,6 +886,18 @@ class Report:
         except (ValueError, KeyError, TypeError) as exc:  # a stale or partial file must not sink the report
             self.w("## The command line at scale (issue [I])", "",
                    f"`benches/results/cli.json` could not be rendered: {exc!r}.", "")
+
+    def migrate(self) -> None:
+        """``hermes migrate`` on 100k messages (issue [K]), from its own run of
+        ``benches/migrate.py`` when one was kept."""
+        import migrate  # stdlib-only at import time, like this script
+
+        if not migrate.RESULTS.exists():
+            return
+        try:
+            self.lines += [*migrate.render(json.loads(migrate.RESULTS.read_text())).splitlines(), ""]
+        except (ValueError, KeyError, TypeError) as exc:  # a stale or partial file must not sink the report
+            self.w("## Migrating a store (issue [K])", "", f"`benches/results/migrate.json` could not be rendered: {exc!r}.", "")
 
     def store_ops(self) -> None:
         """Listing, export, delete and prune against hermes-agent (issue [H]), from its own run

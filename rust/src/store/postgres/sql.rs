@@ -307,11 +307,16 @@ impl<'v> Sql<'v> {
         for (n, order) in query.order.iter().enumerate() {
             self.push(if n == 0 { " ORDER BY " } else { ", " });
             self.term(alias, &order.term);
-            // SQLite sorts NULL first ascending and last descending.
-            self.push(if order.descending {
-                " DESC NULLS LAST"
-            } else {
-                " ASC NULLS FIRST"
+            // SQLite sorts NULL first ascending and last descending. A key column holds no
+            // NULL (a primary key is NOT NULL here), so its plain order is the same, and
+            // one its index serves: a page by key reads only its rows, not a sort of all.
+            let key = matches!(&order.term,
+                Term::Column(c) if query.relation.key().contains(&c.as_str()));
+            self.push(match (order.descending, key) {
+                (true, true) => " DESC",
+                (false, true) => " ASC",
+                (true, false) => " DESC NULLS LAST",
+                (false, false) => " ASC NULLS FIRST",
             });
         }
         if query.limit.is_some() || query.offset > 0 {
