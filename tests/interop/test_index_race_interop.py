@@ -177,3 +177,62 @@ def test_hermes_agent_rewriting_rows_our_indexer_has_not_reached_leaves_every_hi
     assert found_by_them == expected
     assert found_by_us == expected
     assert sum(map(bool, expected.values())) > len(words) // 3  # most of ours are still there
+
+
+#: A word index laid out as hermes-agent laid it out before its schema 11 (and as other
+#: programs still do): external content, whose triggers take a row's old text out with FTS5's
+#: 'delete' command, which must name exactly the text the index holds.
+OLDER_LAYOUT = """
+DROP TRIGGER messages_fts_insert;
+DROP TRIGGER messages_fts_delete;
+DROP TRIGGER messages_fts_update;
+DROP TABLE messages_fts;
+CREATE VIRTUAL TABLE messages_fts USING fts5(content, content=messages, content_rowid=id);
+CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+END;
+CREATE TRIGGER messages_fts_update AFTER UPDATE ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+UPDATE schema_version SET version = 10;
+"""
+
+
+def other_program(path: Path, script: str) -> None:
+    """``script`` run by another program's ``sqlite3`` (hermes-agent's venv, not its
+    ``SessionDB``, which would migrate the file first)."""
+    assert PEER_PYTHON is not None
+    run = subprocess.run(
+        [PEER_PYTHON, "-c", "import sqlite3, sys; sqlite3.connect(sys.argv[1], timeout=30, "
+                            "isolation_level=None).executescript(sys.argv[2])", str(path), script],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_an_index_of_an_older_layout_stays_whole_under_both_writers_and_then_migrates(
+    tmp_path: Path, hermes_home: Path
+) -> None:
+    path = tmp_path / "state.db"
+    SessionDB(path).close()
+    other_program(path, OLDER_LAYOUT)
+    with SessionDB(path) as db:
+        db.create_session("s", "cli")
+        ids = db.append_messages("s", turn(0))
+        # Right after our commit the other program rewrites two of our rows with its triggers.
+        other_program(path, f"UPDATE messages SET content = 'edited w0e' WHERE id = {ids[1]};"
+                            f"DELETE FROM messages WHERE id = {ids[2]};")
+        other_program(path, "INSERT INTO messages_fts(messages_fts, rank) VALUES ('integrity-check', 1)")
+        ours = {w: [h["id"] for h in db.search_messages(w)] for w in ("w0a0", "w0e", "w0a1", "w0a2")}
+    assert ours == {"w0a0": [ids[0]], "w0e": [ids[1]], "w0a1": [], "w0a2": []}
+    # hermes-agent 0.19.0 opens the file: its schema 11 step lays the indexes out its way and
+    # fills them from the messages; it finds what we found.
+    with hermes_agent(path, hermes_home) as peer:
+        [[(version,)]] = peer.sql(("SELECT version FROM schema_version", []))
+        theirs = peer.calls(*[("search_messages", [w]) for w in ours])
+    assert version == 22
+    assert {w: [h["id"] for h in hits] for w, hits in zip(ours, theirs, strict=True)} == ours
