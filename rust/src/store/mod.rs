@@ -12,6 +12,7 @@ pub mod columns;
 pub mod copy;
 mod group_commit;
 mod helper_threads;
+pub mod indexer;
 mod location;
 mod own_appends;
 #[cfg(feature = "postgres")]
