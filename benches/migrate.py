@@ -30,7 +30,6 @@ import itertools
 import json
 import os
 import shutil
-import sqlite3
 import statistics
 import subprocess
 import sys

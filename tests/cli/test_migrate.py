@@ -13,7 +13,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,12 +20,12 @@ from typing import Any
 import pexpect
 import pytest
 from support import postgres
+from support.cli import HERMES, as_json, hermes, one_line_failure, spawn
 from support.processes import child_env
 
 from hermes._core import Update
 from hermes.state import SessionDB
 
-HERMES = [sys.executable, "-m", "hermes.cli"]
 #: Every table migrate copies, with the columns its rows are ordered by.
 TABLES = {"sessions": "id", "messages": "id", "session_model_usage": "session_id, model",
           "telegram_dm_topic_mode": "chat_id", "telegram_dm_topic_bindings": "chat_id, thread_id",
@@ -40,24 +39,11 @@ needs_server = pytest.mark.skipif(not os.environ.get("HERMES_TEST_POSTGRES_URL")
 pytestmark = pytest.mark.skipif(postgres.ENABLED, reason="the tests choose their own stores")
 
 
-def hermes(home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*HERMES, *argv], env=child_env(home), capture_output=True,
-                          text=True, timeout=300, stdin=subprocess.DEVNULL)
-
-
 def migrate(home: Path, source: Path | str, target: Path | str,
             *options: str) -> dict[str, Any]:
-    done = hermes(home, "migrate", str(source), str(target), "--json", *options)
-    assert done.returncode == 0, done.stderr
-    summary: dict[str, Any] = json.loads(done.stdout)
+    summary: dict[str, Any] = as_json(hermes(home, "migrate", str(source), str(target),
+                                             "--json", *options, timeout=300))
     return summary
-
-
-def one_line_failure(done: subprocess.CompletedProcess[str], status: int = 1) -> str:
-    assert done.returncode == status, (done.returncode, done.stdout, done.stderr)
-    assert "Traceback" not in done.stderr
-    assert done.stderr.count("\n") == 1 and done.stderr.startswith("hermes: "), done.stderr
-    return done.stderr.strip()
 
 
 def fill(path: Path) -> None:
@@ -261,10 +247,8 @@ def test_progress_is_plain_lines_when_piped_and_a_bar_on_a_terminal(
     assert summary[0] == ["relation", "in source", "copied", "already there"]
     assert ["messages", f"{total:,}", f"{total:,}", "0"] in summary
     # On a terminal: a bar while it copies (the pages are small, so it lasts past 0.5 s).
-    shown = pexpect.spawn(sys.executable, ["-m", "hermes.cli", "migrate", str(source),
-                                           str(tmp_path / "shown.db"), "--page-rows", "20"],
-                          env=child_env(hermes_home), encoding="utf-8", timeout=120,
-                          dimensions=(40, 200))
+    shown = spawn(hermes_home, "migrate", str(source), str(tmp_path / "shown.db"),
+                  "--page-rows", "20", timeout=120)
     shown.expect("copying")
     shown.expect(r"copied [\d,]+ rows from")
     shown.expect(pexpect.EOF)
