@@ -126,6 +126,7 @@ class Report:
             "make bench-rust     # cargo bench: criterion benches of the Rust core, and the floor",
             "make interop        # the file-compatibility tests against the real hermes-agent 0.19.0",
             "python benches/report.py benches/results/<file>.json   # re-render a stored run into BENCHMARKS.md",
+            "python benches/flush_ab.py --a <python> --b <python>    # our 20-message flush, two builds, A B B A",
             "```",
             "",
             "A run writes only into `target/bench/` (untracked): its results file, the same figures as "
@@ -180,7 +181,9 @@ class Report:
             "spread is shown in the fsync table. A change meant to leave speed alone is checked with "
             "`make bench-check` (a quick run compared figure by figure with a stored one, against both runs' "
             "probe spreads); the check of issue [G]'s layout change, with an interleaved A/B of its one "
-            "flagged figure, is in [benches/results/layout-check-G.md](benches/results/layout-check-G.md).",
+            "flagged figure, is in [benches/results/layout-check-G.md](benches/results/layout-check-G.md); "
+            "one change's flush checked against its base build, blocks A B B A (`benches/flush_ab.py`), is "
+            "[benches/results/fts-race-check.md](benches/results/fts-race-check.md).",
             "",
         )
 

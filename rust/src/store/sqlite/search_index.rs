@@ -22,7 +22,7 @@
 //! command, must be told exactly the text it holds: for a row we had not
 //! indexed yet (or indexed with other text) that damages it. So a trigger or
 //! index table is known only when its definition is the one our schema
-//! creates (hermes-agent 0.19.0's), not merely its name.
+//! creates (hermes-agent 0.19.0's, laid out otherwise), not merely its name.
 //!
 //! A trigger this module does not know (someone's extension, an index of
 //! another layout) turns triggers back on, so it fires for our writes too;
@@ -249,7 +249,7 @@ impl IndexPlan {
 }
 
 /// Every trigger in the file and each index table of [`KNOWN_INDEXES`] there,
-/// with its SQL as SQLite keeps it.
+/// with its definition (the SQL SQLite keeps).
 fn index_objects(conn: &Connection) -> rusqlite::Result<Vec<(String, String)>> {
     let objects: Vec<(String, String, Option<String>)> = conn
         .prepare_cached(
@@ -269,20 +269,17 @@ fn index_objects(conn: &Connection) -> rusqlite::Result<Vec<(String, String)>> {
 /// Whether the file's `name`, defined by `sql`, is the search-index table or
 /// trigger our schema creates under that name.
 fn is_ours(name: &str, sql: &str) -> bool {
-    static OURS: OnceLock<HashMap<String, String>> = OnceLock::new();
-    // Should SQLite fail to build our schema in memory, nothing is known:
-    // triggers stay on, slower but right.
+    static OURS: OnceLock<HashMap<&str, String>> = OnceLock::new();
     let ours = OURS.get_or_init(|| {
-        let built = || -> rusqlite::Result<HashMap<String, String>> {
-            let conn = Connection::open_in_memory()?;
-            conn.execute_batch(&schema::schema_sql())?;
-            let objects = index_objects(&conn)?;
-            Ok(objects
-                .into_iter()
-                .map(|(name, sql)| (name, canonical(&sql)))
-                .collect())
-        };
-        built().unwrap_or_default()
+        schema::SEARCH_INDEXES
+            .iter()
+            .map(|(name, statement)| {
+                (
+                    *name,
+                    canonical(&statement.replacen(" IF NOT EXISTS", "", 1)),
+                )
+            })
+            .collect()
     });
     ours.get(name).is_some_and(|own| *own == canonical(sql))
 }
