@@ -51,6 +51,16 @@ def test_a_picker_lists_roots_and_branches_with_previews_and_the_tip_projected(d
     assert db.session_count() == 5 and db.session_count(exclude_children=True) == 3
 
 
+def test_equal_starts_are_listed_in_the_order_they_were_written(db: SessionDB) -> None:
+    for sid in ("b", "a", "c"):
+        db.create_session(sid, "cli", started_at=5.0)
+    db.create_session("z", "cli", started_at=6.0)
+    assert [r["id"] for r in db.list_sessions_rich()] == ["z", "b", "a", "c"]
+    assert [r["id"] for r in db.list_sessions_rich(limit=2, offset=1)] == ["b", "a"]
+    row = db.list_sessions_rich(limit=1)[0]
+    assert row["title"] is None and row["source"] == "cli" and row["preview"] == ""
+
+
 def test_filters_pages_and_the_last_active_order(db: SessionDB) -> None:
     _lineage(db)
     assert [r["id"] for r in db.list_sessions_rich(source="telegram")] == ["plain"]

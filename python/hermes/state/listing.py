@@ -199,11 +199,14 @@ class Listing(StoreFace):
             }
             rows = [found[i] for i in ids if i in found]
         else:
+            # By start alone, as hermes-agent orders: the start-time index gives the page in
+            # order (equal starts in the order they were written), where a second key would
+            # sort every row of the page again.
             rows = self._store.query(
                 "sessions",
                 columns=columns,
                 where=admitted,
-                order_by=["-started_at", "-id"],
+                order_by=["-started_at"],
                 limit=limit,
                 offset=offset,
             )
