@@ -123,6 +123,9 @@ FROM s, unnest($4, $5, $6, $7, $8) WITH ORDINALITY
     AS r(role, content, tool_call_id, tool_calls, tool_name, n)
 ORDER BY r.n";
 
+/// A loaded message: its text columns, its timestamp and `observed`.
+type LoadedRow = (Vec<Option<String>>, Option<f64>, Option<i64>);
+
 struct Floor {
     runtime: Runtime,
     client: Client,
@@ -197,7 +200,7 @@ impl Floor {
                 &[(&session, Type::TEXT)],
             ))
             .expect("the load");
-        let owned: Vec<(Vec<Option<String>>, Option<f64>, Option<i64>)> = rows
+        let owned: Vec<LoadedRow> = rows
             .iter()
             .map(|r| {
                 let texts = (0..16)

@@ -5,7 +5,9 @@
 //! pooled server connection is left as it was) and takes the commit
 //! counter's next value; then the sessions the batch appends to are locked
 //! in id order, so two hosts committing batches over the same
-//! conversations wait for each other instead of deadlocking.
+//! conversations wait for each other instead of deadlocking. A batch of
+//! appends only (the flushes of many conversations) is one statement
+//! (`write.rs`), so K conversations cost one round trip, not K.
 
 use std::sync::atomic::Ordering;
 use std::sync::TryLockError;
@@ -18,6 +20,7 @@ use super::changes::TAKE;
 use super::connection::Link;
 use super::error::classify;
 use super::value::escape_text;
+use super::write::Appended;
 use super::PgBackend;
 use crate::error::{Error, Result};
 use crate::store::batch::{self, Failure, Patience, Transact};
@@ -84,9 +87,10 @@ impl Transact for Attempt<'_> {
             return Err(Failure::Batch(backend.closed_error()));
         };
         let client = &link.client;
-        let out = backend
-            .server
-            .block_on(backend.try_commit(client, jobs, active, self.patience));
+        let out =
+            backend
+                .server
+                .block_on(backend.try_commit(client, jobs, active, self.patience, true));
         if out.is_err() && !client.is_closed() {
             let _ = backend.server.block_on(client.batch_execute("ROLLBACK"));
         }
@@ -101,6 +105,7 @@ impl PgBackend {
         jobs: &[WriteOp],
         active: &[usize],
         patience: Patience,
+        together: bool,
     ) -> std::result::Result<Vec<WriteOut>, Failure> {
         let batch = |e| Failure::Batch(classify(&self.at, e));
         let sync = match self.options.durability {
@@ -137,16 +142,56 @@ impl PgBackend {
                 .await
                 .map_err(batch)?;
         }
-        let mut outs = Vec::with_capacity(active.len());
-        for &i in active {
-            let out = self
-                .apply(client, &jobs[i])
-                .await
-                .map_err(|e| Failure::of_job(i, e))?;
-            outs.push(out);
-        }
+        let appends: Option<Vec<Appended>> =
+            active.iter().map(|&i| plain_append(&jobs[i])).collect();
+        let outs = match appends {
+            Some(appends) if together => {
+                match self.append_rows(client, &appends).await {
+                    Ok(ids) => {
+                        let mut outs = Vec::with_capacity(active.len());
+                        for (&i, ids) in active.iter().zip(ids) {
+                            outs.push(WriteOut::Ids(ids.map_err(|e| Failure::of_job(i, e))?));
+                        }
+                        outs
+                    }
+                    Err(e) if active.len() == 1 => return Err(Failure::of_job(active[0], e)),
+                    Err(e) if e.is_whole_batch_failure() => return Err(Failure::Batch(e)),
+                    // One statement does not say whose rows the server refused:
+                    // again, one append at a time, to find out.
+                    Err(_) => {
+                        client.batch_execute("ROLLBACK").await.map_err(batch)?;
+                        return Box::pin(self.try_commit(client, jobs, active, patience, false))
+                            .await;
+                    }
+                }
+            }
+            _ => {
+                let mut outs = Vec::with_capacity(active.len());
+                for &i in active {
+                    let out = self
+                        .apply(client, &jobs[i])
+                        .await
+                        .map_err(|e| Failure::of_job(i, e))?;
+                    outs.push(out);
+                }
+                outs
+            }
+        };
         client.batch_execute("COMMIT").await.map_err(batch)?;
         Ok(outs)
+    }
+}
+
+/// `op` as an append that can share the batch's one statement: a plain append
+/// (one with a `once_key` first checks its key).
+fn plain_append(op: &WriteOp) -> Option<Appended<'_>> {
+    match op {
+        WriteOp::Append {
+            session_id,
+            rows,
+            once_key: None,
+        } => Some(Appended { session_id, rows }),
+        _ => None,
     }
 }
 
