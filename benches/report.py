@@ -965,9 +965,9 @@ def render_postgres(doc: dict[str, Any]) -> str:
         f"**The machine was shared** with other engineers' builds and tests during the run (load average "
         f"{', '.join(map(str, doc.get('loadavg_start', [])[:1]))} at the start, "
         f"{', '.join(map(str, doc.get('loadavg_end', [])[:1]))} at the end; 2 cores for the server and "
-        f"every client). The systems ran in the order {', '.join(doc.get('order', [])) or 'A B C D'} and then "
-        "in reverse (A B C D D C B A), so that drift falls on every system alike; the tables give the median "
-        f"over the rounds. Noise probe (our 20-message flush, first and last): {ms(probe[0])} then "
+        f"every client). Each workload ran for every system back to back, {doc['rounds']} round(s), in the order "
+        f"{', '.join(doc.get('order', []))} and then in reverse, alternately (A B C D D C B A ...), so that drift "
+        "falls on every system alike; the tables give the median over the rounds. Noise probe (our 20-message flush, first and last): {ms(probe[0])} then "
         f"{ms(probe[1])}, a spread of **{spread(probe[0], probe[1]):.0f}%**.",
         "",
     ]
