@@ -628,6 +628,7 @@ class Bench:
         barrier.wait()
         for t in pool:
             t.join()
+        flushed = ns() - t0  # every turn durable
         system.settle()  # deferred work counts in the wall time
         wall = ns() - t0
         written = sum(len(s) for s in samples) * turn
@@ -638,6 +639,7 @@ class Bench:
             "messages": written,
             "rows": rows,
             "wall_ns": wall,
+            "flushed_ns": flushed,
             "flush_ns": [x for s in samples for x in s],
             "errors": errors[:5],
             "error_count": len(errors),
