@@ -382,9 +382,13 @@ class HermesPostgres(_OnServer, Hermes):
     name = "hermes"
 
     def settle(self) -> None:
-        # A search indexes whatever is pending first; narrowed to no session, so the search
-        # itself (a scan while PostgreSQL has no index of ours) is not charged as write work.
-        self.db.search_messages('"settle-probe-no-such-words"', session_id="settle-probe-no-such-session")
+        # A search indexes what is pending first, for at most the busy budget, then answers
+        # from the index as it is: searched (for no session, so only the indexing is charged)
+        # until the pending list, read on the server, is empty.
+        while True:
+            self.db.search_messages('"settle-probe-no-such-words"', session_id="settle-probe-no-such-session")
+            if not postgres.scalar(str(self.path), "SELECT COUNT(*) FROM hermes_search_pending"):
+                break
 
 
 class OpenAIPostgres(_OnServer):
