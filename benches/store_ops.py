@@ -420,7 +420,8 @@ def render(doc: dict[str, Any]) -> str:
         "",
         f"A separate run: `{doc['command']}` ({doc['kind']}) at {doc['utc']}, {doc['wall_s']:.0f} s wall, "
         f"commit `{code.get('commit', '?')}`{' (uncommitted changes)' if code.get('dirty') else ''}, "
-        f"load average {doc['loadavg_start']} → {doc['loadavg_end']}. Results file: "
+        f"load average {doc['loadavg_start']} → {doc['loadavg_end']} on a machine shared with other "
+        "work (2 cores): compare the ratios, the two systems running interleaved. Results file: "
         f"`{doc.get('results_file', 'benches/results/store_ops.json')}`. Each file is created by "
         "hermes-agent 0.19.0 (its schema, both search indexes and their triggers), filled by our bulk "
         "writer, and then opened by each system in its own process: the same bytes. p50 of each call; "
