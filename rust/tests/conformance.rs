@@ -1003,8 +1003,7 @@ fn a_transaction_writes_all_or_nothing() {
 
 #[test]
 fn search_finds_cjk_text_by_trigrams_and_by_substring() {
-    // PostgreSQL: search is a scan without the trigram path yet (README limits).
-    on_sqlite_only(|open| {
+    on_every_backend(|open| {
         let db = open();
         create(&*db, "a", "cli", 1.0);
         let chat = "昨天和其他Agent的聊天记录，记忆断裂问题复现了";
@@ -1032,8 +1031,7 @@ fn search_finds_cjk_text_by_trigrams_and_by_substring() {
 
 #[test]
 fn search_index_upkeep_runs_on_every_index_and_keeps_every_hit() {
-    // PostgreSQL: there is no search index to optimize or rebuild yet (README limits).
-    on_sqlite_only(|open| {
+    on_every_backend(|open| {
         let db = open();
         create(&*db, "a", "cli", 1.0);
         for text in ["docker one", "docker two", "记忆断裂"] {
@@ -1054,6 +1052,217 @@ fn search_index_upkeep_runs_on_every_index_and_keeps_every_hit() {
             );
             assert_eq!((hits("docker"), hits("记忆断裂")), (2, 1), "{upkeep:?}");
         }
+    });
+}
+
+/// The content of every hit of `query` (up to 100), sorted; or the error.
+fn hits(db: &dyn Backend, query: &str) -> Result<Vec<String>, Error> {
+    let search = Search {
+        query: query.into(),
+        limit: 100,
+        ..Search::default()
+    };
+    let found = db.search(&search)?;
+    if found.columns.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut contents: Vec<String> = column(&found, "content")
+        .into_iter()
+        .map(|c| match c {
+            Value::Text(t) => t,
+            other => format!("{other:?}"),
+        })
+        .collect();
+    contents.sort();
+    Ok(contents)
+}
+
+/// Messages every backend's search is compared on.
+const CORPUS: [&str; 22] = [
+    "notes: we looked at C++ today",
+    "the chat-send endpoint failed",
+    "TODO: fix the flaky test",
+    "release P2.2 is out",
+    "mail ada@example.com for access",
+    "it's done",
+    "C# and F# compilers",
+    "docker compose up",
+    "kubernetes cluster restarted",
+    "docker and kubernetes together",
+    "compose the docker file",
+    "deployment deployed; deploys",
+    "The Quick Brown Fox",
+    "Crème brûlée, naïve façade",
+    "数据库连接超时",
+    "我们的数据库很快",
+    "聊天记录和数据",
+    "昨天和其他Agent的聊天记录，记忆断裂问题复现了",
+    "达成100%完成率",
+    "안녕하세요 반갑습니다",
+    "こんにちは世界",
+    "100% sure, 50%_off",
+];
+
+fn corpus(db: &dyn Backend) {
+    create(db, "s", "cli", 1.0);
+    for (n, text) in CORPUS.iter().enumerate() {
+        append(db, "s", vec![message("user", text, n as f64)]).unwrap();
+    }
+    let mut tool = message("tool", "tool output text", 99.0);
+    tool.tool_name = Some("web_search".into());
+    tool.tool_calls = Some(r#"[{"function":{"name":"read_file"}}]"#.into());
+    append(db, "s", vec![tool]).unwrap();
+}
+
+/// Queries of every kind: words, phrases, prefixes, the operators and how
+/// they group, punctuation a person types, CJK terms of two and of three or
+/// more characters, diacritics, tool names.
+const QUERIES: [&str; 48] = [
+    "docker",
+    "DOCKER",
+    "\"compose up\"",
+    "\"up compose\"",
+    "deploy*",
+    "dep*",
+    "\"docker c\"*",
+    "docker OR kubernetes",
+    "docker NOT kubernetes",
+    "docker kubernetes",
+    "docker AND kubernetes",
+    "docker NOT compose up",
+    "kubernetes OR docker compose",
+    "docker NOT compose AND file",
+    "C++",
+    "chat-send",
+    "TODO: fix",
+    "P2.2",
+    "ada@example.com",
+    "it's",
+    "C#",
+    "NOT docker",
+    "数据库",
+    "聊天",
+    "数据库 OR 聊天记录",
+    "数据 NOT 连接",
+    "记忆断裂",
+    "Agent的",
+    "100%完成",
+    "完成率",
+    "达成 NOT 目标",
+    "안녕",
+    "こんにちは",
+    "断裂连接",
+    "数据库 ab",
+    "数据库 AND ab",
+    "creme",
+    "BRÛLÉE",
+    "naive façade",
+    "web_search",
+    "read_file",
+    "quick brown",
+    "\"quick brown\"*",
+    "%",
+    "***",
+    "",
+    "100%",
+    "50%_off",
+];
+
+#[test]
+fn search_finds_the_same_hits_on_every_backend() {
+    let found = std::cell::RefCell::new(Vec::new());
+    on_every_backend(|open| {
+        let db = open();
+        corpus(&*db);
+        let hits: Vec<Vec<String>> = QUERIES
+            .iter()
+            .map(|q| hits(&*db, q).unwrap_or_else(|e| panic!("{q:?}: {e}")))
+            .collect();
+        let expect = |query: &str, expected: &[&str]| {
+            let at = QUERIES.iter().position(|q| *q == query).unwrap();
+            let mut expected: Vec<String> = expected.iter().map(|e| e.to_string()).collect();
+            expected.sort();
+            assert_eq!(hits[at], expected, "{query:?}");
+        };
+        // The searches of issue 20 find their message.
+        for (query, text) in [
+            ("C++", CORPUS[0]),
+            ("chat-send", CORPUS[1]),
+            ("TODO: fix", CORPUS[2]),
+            ("P2.2", CORPUS[3]),
+            ("ada@example.com", CORPUS[4]),
+            ("it's", CORPUS[5]),
+        ] {
+            assert!(
+                hits[QUERIES.iter().position(|q| *q == query).unwrap()].contains(&text.to_string()),
+                "{query:?}"
+            );
+        }
+        expect("NOT docker", &[CORPUS[7], CORPUS[9], CORPUS[10]]);
+        expect("数据库", &[CORPUS[14], CORPUS[15]]);
+        expect("docker NOT compose up", &[CORPUS[9], CORPUS[10]]);
+        expect("\"up compose\"", &[]);
+        expect("creme", &[CORPUS[13]]);
+        expect("web_search", &["tool output text"]);
+        expect("数据库 ab", &[CORPUS[14], CORPUS[15]]);
+        expect("数据库 AND ab", &[]);
+        found.borrow_mut().push(hits);
+    });
+    let found = found.into_inner();
+    for other in &found[1..] {
+        for ((query, first), theirs) in QUERIES.iter().zip(&found[0]).zip(other) {
+            assert_eq!(
+                first, theirs,
+                "{query:?}: SQLite's hits, then this backend's"
+            );
+        }
+    }
+}
+
+#[test]
+fn updated_and_deleted_messages_are_searched_as_they_are_now() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "cli", 1.0);
+        let ids = append(
+            &*db,
+            "s",
+            vec![
+                message("user", "the walrus speaks", 1.0),
+                message("user", "the narwhal sings", 2.0),
+                message("user", "记忆断裂问题", 3.0),
+            ],
+        )
+        .unwrap();
+        assert_eq!(hits(&*db, "walrus").unwrap().len(), 1);
+        db.write(set(
+            Relation::Messages,
+            Filter::eq("id", ids[0]),
+            vec![("content", Assign::Value(text("the seal speaks")))],
+        ))
+        .unwrap();
+        assert!(hits(&*db, "walrus").unwrap().is_empty());
+        assert_eq!(hits(&*db, "seal").unwrap(), ["the seal speaks"]);
+        assert_eq!(hits(&*db, "speaks").unwrap(), ["the seal speaks"]);
+        db.write(set(
+            Relation::Messages,
+            Filter::eq("id", ids[2]),
+            vec![("content", Assign::Value(text("断裂连接")))],
+        ))
+        .unwrap();
+        assert!(hits(&*db, "记忆断裂").unwrap().is_empty());
+        assert_eq!(hits(&*db, "断裂连接").unwrap(), ["断裂连接"]);
+        let delete = WriteOp::Delete(Delete {
+            relation: Relation::Messages,
+            filter: Filter::In(
+                Term::Column("id".into()),
+                vec![ids[1].into(), ids[2].into()],
+            ),
+        });
+        db.write(delete).unwrap();
+        assert!(hits(&*db, "narwhal").unwrap().is_empty());
+        assert!(hits(&*db, "断裂连接").unwrap().is_empty());
+        assert_eq!(hits(&*db, "the").unwrap(), ["the seal speaks"]);
     });
 }
 
@@ -1338,6 +1547,265 @@ fn a_closed_store_refuses_every_operation_and_keeps_its_data() {
         assert_eq!(
             column(&again.messages("s", false).unwrap(), "content"),
             [text("kept")]
+        );
+    });
+}
+
+/// Every row of every relation copied from `source` into `target` in pages
+/// of `limit`, sessions first, then their parents linked (as `hermes
+/// migrate` does); the rows written.
+fn copy_everything(source: &dyn Backend, target: &dyn Backend, limit: i64) -> u64 {
+    let shared = |relation: Relation| -> Vec<String> {
+        let theirs = target.columns().of(relation);
+        source
+            .columns()
+            .of(relation)
+            .iter()
+            .filter(|c| theirs.contains(c))
+            .cloned()
+            .collect()
+    };
+    let parented = Filter::Not(Box::new(Filter::IsNull(Term::Column(
+        "parent_session_id".into(),
+    ))));
+    let mut passes: Vec<(Relation, Filter)> = Relation::ALL
+        .iter()
+        .map(|&relation| (relation, Filter::All))
+        .collect();
+    passes.insert(1, (Relation::Sessions, parented));
+    let mut written = 0;
+    for (relation, filter) in passes {
+        let columns = shared(relation);
+        let mut after: Option<Vec<Value>> = None;
+        loop {
+            let page = store::copy::copy_page(
+                source,
+                target,
+                relation,
+                &columns,
+                &filter,
+                after.as_deref(),
+                limit,
+            )
+            .unwrap();
+            written += page.written;
+            if (page.read as i64) < limit {
+                break;
+            }
+            after = page.last_key;
+        }
+    }
+    written
+}
+
+/// Every column of every row of `relation`, in key order.
+fn every_row(db: &dyn Backend, relation: Relation) -> Vec<Vec<Value>> {
+    let query = Query {
+        order: relation
+            .key()
+            .iter()
+            .map(|k| Order {
+                term: Term::Column((*k).into()),
+                descending: false,
+            })
+            .collect(),
+        ..Query::all(relation)
+    };
+    let table = db.query(&query).unwrap();
+    table
+        .rows()
+        .map(|r| (0..table.columns.len()).map(|i| owned(r.get(i))).collect())
+        .collect()
+}
+
+/// A store holding something of every kind: a child session whose id sorts
+/// before its parent's, messages with NUL bytes, the JSON content prefix,
+/// JSON text as hermes-agent writes it (with spaces), a rewound row, a
+/// timestamp no decimal prints exactly, and routing, meta and topic rows.
+fn fill_with_everything(db: &dyn Backend) {
+    create(db, "b-root", "telegram", 0.1 + 0.2);
+    create(db, "a-child", "cli", 1.0 / 3.0);
+    db.write(set(
+        Relation::Sessions,
+        Filter::eq("id", "a-child"),
+        vec![
+            ("parent_session_id", Assign::Value(text("b-root"))),
+            ("title", Assign::Value(text("Child"))),
+            ("handoff_state", Assign::Value(text("pending"))),
+        ],
+    ))
+    .unwrap();
+    let mut tool = message("assistant", "", 1.0 / 7.0);
+    tool.content = Value::Null;
+    tool.tool_calls = Some("[{\"id\": \"c1\", \"type\": \"function\"}]".into());
+    tool.tool_call_count = 1;
+    append(
+        db,
+        "b-root",
+        vec![
+            message(
+                "user",
+                "\0json:[{\"type\": \"text\", \"text\": \"heron\"}]",
+                0.1 + 0.2,
+            ),
+            message("assistant", "a\0b\u{1}c", 2.5e-7),
+            tool,
+        ],
+    )
+    .unwrap();
+    let child = append(db, "a-child", vec![message("user", "egret wader", 3.0)]).unwrap();
+    append(db, "a-child", vec![message("user", "rewound", 4.0)]).unwrap();
+    db.write(set(
+        Relation::Messages,
+        Filter::Compare(Term::Column("id".into()), Cmp::Gt, Value::Integer(child[0])),
+        vec![("active", Assign::Value(Value::Integer(0)))],
+    ))
+    .unwrap();
+    let insert = |relation, values: Vec<(&str, Value)>| {
+        db.write(WriteOp::Insert(Insert {
+            relation,
+            values: values.into_iter().map(|(c, v)| (c.to_owned(), v)).collect(),
+            on_conflict: OnConflict::Fail,
+        }))
+        .unwrap();
+    };
+    insert(
+        Relation::GatewayRouting,
+        vec![
+            ("scope", text("")),
+            ("session_key", text("agent:main:cli:dm:1")),
+            ("entry_json", text("{\"session_id\": \"a-child\"}")),
+            ("updated_at", Value::Real(5.5)),
+        ],
+    );
+    insert(
+        Relation::StateMeta,
+        vec![("key", text("client_secret")), ("value", text("s3cret"))],
+    );
+    insert(
+        Relation::TelegramTopicBindings,
+        vec![
+            ("chat_id", text("42")),
+            ("thread_id", text("7")),
+            ("user_id", text("42")),
+            ("session_key", text("agent:main:telegram:dm:42:7")),
+            ("session_id", text("b-root")),
+            ("linked_at", Value::Real(6.0)),
+            ("updated_at", Value::Real(6.0)),
+        ],
+    );
+}
+
+#[test]
+fn a_copy_carries_every_row_as_it_is_once_and_back() {
+    on_every_backend(|open| {
+        let dir = tempfile::tempdir().unwrap();
+        let source = sqlite(&dir).unwrap()();
+        fill_with_everything(&*source);
+        let target = open();
+        // Pages of 2: sessions, messages and keys cross page boundaries.
+        let written = copy_everything(&*source, &*target, 2);
+        assert!(written >= 10, "{written} rows written");
+        for relation in Relation::ALL {
+            assert_eq!(
+                every_row(&*target, relation),
+                every_row(&*source, relation),
+                "{relation}"
+            );
+        }
+        assert_eq!(target.live_message_count("b-root").unwrap(), Some(3));
+        assert_eq!(target.live_message_count("a-child").unwrap(), Some(1));
+        assert_eq!(
+            session_value(&*target, "a-child", "parent_session_id"),
+            text("b-root")
+        );
+        assert_eq!(
+            session_value(&*target, "b-root", "tool_call_count"),
+            Value::Integer(1)
+        );
+        // The search finds imported rows, a rewound one not.
+        let found = |query: &str| {
+            let search = Search {
+                query: query.into(),
+                limit: 10,
+                ..Search::default()
+            };
+            target.search(&search).unwrap().row_count()
+        };
+        assert_eq!((found("egret"), found("rewound")), (1, 0));
+        // Again: nothing new, nothing twice.
+        assert_eq!(copy_everything(&*source, &*target, 2), 0);
+        assert_eq!(every_row(&*target, Relation::Messages).len(), 5);
+        // New rows of the source follow; the target's own next id is past every copied one.
+        let late = append(&*source, "a-child", vec![message("user", "late", 8.0)]).unwrap();
+        assert_eq!(copy_everything(&*source, &*target, 2), 1);
+        let own = append(&*target, "b-root", vec![message("user", "own", 9.0)]).unwrap();
+        assert!(own[0] > late[0], "{own:?} after {late:?}");
+        assert_eq!(target.live_message_count("a-child").unwrap(), Some(2));
+        // And back into a new file: the same rows again.
+        let back_dir = tempfile::tempdir().unwrap();
+        let back = sqlite(&back_dir).unwrap()();
+        copy_everything(&*target, &*back, 3);
+        for relation in Relation::ALL {
+            assert_eq!(
+                every_row(&*back, relation),
+                every_row(&*target, relation),
+                "{relation} back"
+            );
+        }
+    });
+}
+
+#[test]
+fn an_import_of_ids_that_are_other_messages_or_sessions_that_are_not_there_writes_nothing() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "here", "cli", 1.0);
+        let [id] = append(&*db, "here", vec![message("user", "mine", 1.0)]).unwrap()[..] else {
+            panic!("one id");
+        };
+        let columns: Vec<String> = ["id", "session_id", "role", "content", "timestamp"]
+            .map(String::from)
+            .into();
+        let row = |id: i64, session: &str, content: &str| {
+            vec![
+                Value::Integer(id),
+                text(session),
+                text("user"),
+                text(content),
+                Value::Real(2.0),
+            ]
+        };
+        let import = |rows| {
+            db.write(WriteOp::Import(store::Import {
+                relation: Relation::Messages,
+                columns: columns.clone(),
+                rows,
+            }))
+        };
+        create(&*db, "other", "cli", 1.0);
+        let clash = import(vec![
+            row(id + 1, "other", "new"),
+            row(id, "other", "theirs"),
+        ]);
+        let text_of = |e: Error| e.to_string();
+        let clash = text_of(clash.unwrap_err());
+        assert!(
+            clash.contains(&format!("message {id}")) && clash.contains("\"here\""),
+            "{clash}"
+        );
+        let orphan = text_of(import(vec![row(id + 5, "nowhere", "lost")]).unwrap_err());
+        assert!(orphan.contains("\"nowhere\""), "{orphan}");
+        assert_eq!(
+            every_row(&*db, Relation::Messages).len(),
+            1,
+            "nothing written"
+        );
+        assert_eq!(db.live_message_count("other").unwrap(), Some(0));
+        // The same message again is no clash: it is there already.
+        assert_eq!(
+            import(vec![row(id, "here", "mine")]).unwrap(),
+            WriteOut::Ids(vec![])
         );
     });
 }

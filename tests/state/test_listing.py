@@ -143,3 +143,22 @@ def test_async_listing_matches_the_sync_one(db: SessionDB) -> None:
     adb = AsyncSessionDB(db)
     assert asyncio.run(adb.list_sessions_rich()) == db.list_sessions_rich()
     assert asyncio.run(adb.message_count()) == 2
+
+
+def test_a_workspace_is_the_repo_root_else_the_cwd_matched_by_any_part(db: SessionDB) -> None:
+    db.create_session("in-repo", "cli", started_at=1.0, cwd="/home/ann/Hermes/src",
+                      git_repo_root="/home/ann/Hermes")
+    db.create_session("no-root", "cli", started_at=2.0, cwd="/srv/notes", git_repo_root="")
+    db.create_session("elsewhere", "cli", started_at=3.0, cwd="/tmp/scratch")
+    db.create_session("unbound", "cli", started_at=4.0)
+    # The repo's name, any case; a part of its path; the cwd when there is no root.
+    assert [r["id"] for r in db.list_sessions_rich(workspace="hermes")] == ["in-repo"]
+    assert [r["id"] for r in db.list_sessions_rich(workspace="ann/her")] == ["in-repo"]
+    assert [r["id"] for r in db.list_sessions_rich(workspace="notes")] == ["no-root"]
+    # The root wins over the cwd: the cwd's subfolder is not the workspace.
+    assert db.list_sessions_rich(workspace="src") == []
+    # A blank needle filters nothing; a % or _ is a character, not a wildcard.
+    assert len(db.list_sessions_rich(workspace="  ")) == 4
+    assert db.list_sessions_rich(workspace="%") == []
+    db.create_session("odd", "cli", started_at=5.0, cwd="/srv/50%_off")
+    assert [r["id"] for r in db.list_sessions_rich(workspace="50%_")] == ["odd"]

@@ -48,6 +48,16 @@ def cwd_prefix_filter(cwd_prefix: str) -> _Filter:
     return ("or", under)
 
 
+def workspace_filter(needle: str) -> _Filter:
+    """Sessions whose workspace (the git repo root, else the cwd) contains ``needle``,
+    ignoring ASCII case: a part of its path, or its repo or project folder's name."""
+    pattern = f"%{like_escape(needle.strip())}%"
+    no_root: list[_Filter] = [("is null", "git_repo_root"), ("=", "git_repo_root", "")]
+    cwd_only: list[_Filter] = [("or", no_root), ("like", "cwd", pattern)]
+    either: list[_Filter] = [("like", "git_repo_root", pattern), ("and", cwd_only)]
+    return ("or", either)
+
+
 def sessions_by_last_active(
     store: Store, source: str | None, limit: int, offset: int
 ) -> list[dict[str, Any]]:
@@ -69,6 +79,7 @@ def session_filter(
     source: str | None = None,
     exclude_sources: Sequence[str] | None = None,
     cwd_prefix: str | None = None,
+    workspace: str | None = None,
     min_message_count: int = 0,
     include_archived: bool = False,
     archived_only: bool = False,
@@ -84,6 +95,8 @@ def session_filter(
         clauses.append(("not", ("in", "source", list(exclude_sources))))
     if cwd_prefix:
         clauses.append(cwd_prefix_filter(cwd_prefix))
+    if workspace and workspace.strip():
+        clauses.append(workspace_filter(workspace))
     if min_message_count > 0:
         clauses.append((">=", "message_count", min_message_count))
     if archived_only:
@@ -115,6 +128,7 @@ class Listing(StoreFace):
         id_query: str | None = None,
         search_query: str | None = None,
         compact_rows: bool = False,
+        workspace: str | None = None,
     ) -> list[dict[str, Any]]:
         """A page of sessions with ``preview`` (the first user message, 60 characters) and
         ``last_active`` (the latest message, else the start).
@@ -127,13 +141,16 @@ class Listing(StoreFace):
         latest activity along each compression chain; only that order honours ``id_query``
         (a case-insensitive substring of any id in the chain) and ``search_query`` (of any
         title or id in the chain, also with ``-``, ``_``, ``.`` and spaces removed from the
-        title). ``compact_rows=True`` leaves out ``system_prompt``.
+        title). ``compact_rows=True`` leaves out ``system_prompt``. ``workspace`` keeps the
+        sessions whose git repo root (else cwd) contains it, ignoring ASCII case (``hermes
+        sessions list --workspace``; hermes-agent's method has no such argument).
         """
         check_page(limit, offset)
         admitted = session_filter(
             source=source,
             exclude_sources=exclude_sources,
             cwd_prefix=cwd_prefix,
+            workspace=workspace,
             min_message_count=min_message_count,
             include_archived=include_archived,
             archived_only=archived_only,

@@ -9,8 +9,10 @@
 mod backoff;
 pub mod batch;
 pub mod columns;
+pub mod copy;
 mod group_commit;
 mod helper_threads;
+pub mod indexer;
 mod location;
 mod own_appends;
 #[cfg(feature = "postgres")]
@@ -30,7 +32,7 @@ pub use query::{Cmp, Derived, Filter, Order, Query, Term};
 pub use relation::Relation;
 pub use search::{Search, SearchOrder};
 pub use write::{
-    Assign, Delete, IndexUpkeep, Insert, NoMatch, OnConflict, Update, WriteOp, WriteOut,
+    Assign, Delete, Import, IndexUpkeep, Insert, NoMatch, OnConflict, Update, WriteOp, WriteOut,
 };
 
 use std::ffi::OsStr;

@@ -17,6 +17,7 @@ use tokio_postgres::{Client, SimpleQueryMessage};
 use super::changes::TAKE;
 use super::connection::Link;
 use super::error::classify;
+use super::search_index;
 use super::value::escape_text;
 use super::PgBackend;
 use crate::error::{Error, Result};
@@ -55,6 +56,10 @@ impl PgBackend {
         });
         drop(writer);
         self.own_appends.record(jobs, &results);
+        let mut done = jobs.iter().zip(&results);
+        if done.any(|(job, out)| out.is_ok() && search_index::leaves_pending(job)) {
+            self.indexer.wake();
+        }
         results
     }
 }
@@ -150,10 +155,11 @@ impl PgBackend {
     }
 }
 
-/// The sessions `op` appends to.
+/// The sessions `op` adds messages to.
 fn appended_sessions<'a>(op: &'a WriteOp, out: &mut Vec<&'a str>) {
     match op {
         WriteOp::Append { session_id, .. } => out.push(session_id),
+        WriteOp::Import(import) => out.extend(import.message_sessions()),
         WriteOp::Transaction(ops) => ops.iter().for_each(|op| appended_sessions(op, out)),
         WriteOp::Insert(_) | WriteOp::Update(_) | WriteOp::Delete(_) | WriteOp::SearchIndex(_) => {}
     }

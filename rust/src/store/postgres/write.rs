@@ -6,6 +6,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Client;
 
 use super::error::classify;
+use super::search_index;
 use super::sql::Sql;
 use super::value::escape_text;
 use super::PgBackend;
@@ -76,8 +77,11 @@ impl PgBackend {
             WriteOp::Insert(insert) => self.insert(client, insert).await,
             WriteOp::Update(update) => self.update(client, update).await,
             WriteOp::Delete(delete) => self.delete(client, delete).await,
-            // Searches read the messages themselves: no index to keep.
-            WriteOp::SearchIndex(_) => Ok(WriteOut::Rows(0)),
+            WriteOp::SearchIndex(upkeep) => search_index::upkeep(client, *upkeep)
+                .await
+                .map(WriteOut::Rows)
+                .map_err(|e| classify(&self.at, e)),
+            WriteOp::Import(import) => self.import(client, import).await,
             WriteOp::Transaction(ops) => {
                 let mut outs = Vec::with_capacity(ops.len());
                 for op in ops {
@@ -244,6 +248,19 @@ impl PgBackend {
         let mut sessions: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
         sessions.sort_unstable();
         sessions.dedup();
+        self.recount_sessions(client, &sessions).await
+    }
+
+    /// Sets the `message_count` of `sessions` (ids as stored) to their
+    /// active rows.
+    pub(super) async fn recount_sessions(
+        &self,
+        client: &Client,
+        sessions: &[String],
+    ) -> Result<()> {
+        if sessions.is_empty() {
+            return Ok(());
+        }
         client
             .query_typed(
                 "UPDATE sessions SET message_count = (SELECT COUNT(*) FROM messages

@@ -13,7 +13,7 @@ use super::{tables, SqliteBackend};
 use crate::error::{Error, Result};
 use crate::model::Table;
 use crate::store::lock;
-use crate::store::search::{Route, Search, SearchOrder, Terms};
+use crate::store::search::{Expr, Route, Search, SearchOrder, Terms};
 
 /// The last id of the pending ranges (None when nothing is pending).
 pub fn pending_up_to(conn: &Connection) -> rusqlite::Result<Option<i64>> {
@@ -166,29 +166,10 @@ fn index_search(table: &str, fts5: String, search: &Search) -> (String, Vec<SqlV
 fn substring_search(terms: &Terms, search: &Search) -> (String, Vec<SqlValue>) {
     let mut st = Statement { params: Vec::new() };
     let first = st.bind(SqlValue::Text(terms.0[0].1.text.clone()));
-    let groups: Vec<String> = terms
-        .disjunction()
-        .into_iter()
-        .map(|group| {
-            let all: Vec<String> = group
-                .into_iter()
-                .map(|(negated, text)| {
-                    let n = st.bind(SqlValue::Text(Terms::like_pattern(text)));
-                    // Never NULL, so that NOT of it holds for a row without the text.
-                    let found = format!(
-                        "COALESCE(m.content LIKE {n} ESCAPE '\\' OR m.tool_name LIKE {n} ESCAPE '\\'
-                          OR m.tool_calls LIKE {n} ESCAPE '\\', 0)"
-                    );
-                    if negated {
-                        format!("NOT {found}")
-                    } else {
-                        found
-                    }
-                })
-                .collect();
-            format!("({})", all.join(" AND "))
-        })
-        .collect();
+    let found = match terms.expr(|_| true) {
+        Some(expr) => substring_condition(terms, &expr, &mut st),
+        None => "0".to_owned(),
+    };
     let filters = st.filters(search, None);
     let page = st.page(search);
     let inner = format!(
@@ -196,14 +177,42 @@ fn substring_search(terms: &Terms, search: &Search) -> (String, Vec<SqlValue>) {
                 {HIT_COLUMNS}, 0 AS hit_rank
          FROM messages m
          JOIN sessions s ON s.id = m.session_id
-         WHERE ({}){filters}
-         ORDER BY m.timestamp DESC, m.id DESC {page}",
-        groups.join(" OR ")
+         WHERE {found}{filters}
+         ORDER BY m.timestamp DESC, m.id DESC {page}"
     );
     (
         with_context(&inner, "h.timestamp DESC, h.id DESC"),
         st.params,
     )
+}
+
+/// `expr` as a condition on `m` that each term's text is found in a message,
+/// its patterns bound in `st`.
+fn substring_condition(terms: &Terms, expr: &Expr, st: &mut Statement) -> String {
+    let mut all = |parts: &[Expr], joint: &str| {
+        let parts: Vec<String> = parts
+            .iter()
+            .map(|part| substring_condition(terms, part, st))
+            .collect();
+        format!("({})", parts.join(joint))
+    };
+    match expr {
+        Expr::Term(i) => {
+            let n = st.bind(SqlValue::Text(Terms::like_pattern(&terms.0[*i].1.text)));
+            // Never NULL, so that NOT of it holds for a row without the text.
+            format!(
+                "COALESCE(m.content LIKE {n} ESCAPE '\\' OR m.tool_name LIKE {n} ESCAPE '\\'
+                  OR m.tool_calls LIKE {n} ESCAPE '\\', 0)"
+            )
+        }
+        Expr::All(parts) => all(parts, " AND "),
+        Expr::Any(parts) => all(parts, " OR "),
+        Expr::Without(kept, excluded) => format!(
+            "({} AND NOT {})",
+            substring_condition(terms, kept, st),
+            substring_condition(terms, excluded, st)
+        ),
+    }
 }
 
 impl SqliteBackend {
