@@ -138,11 +138,12 @@ impl<'v> Sql<'v> {
     }
 
     /// One row of `import`, its values bound by the caller in column order
-    /// (`?1`...); a row whose key is there already is left as it is.
+    /// (one `?` each); a row whose key is there already is left as it is.
     pub fn import(import: &Import) -> Self {
         let mut sql = Sql::new();
+        let relation = import.relation;
         sql.push("INSERT INTO ");
-        sql.push(import.relation.name());
+        sql.push(relation.name());
         sql.push(" (");
         for (n, column) in import.columns.iter().enumerate() {
             sql.comma(n);
@@ -151,10 +152,10 @@ impl<'v> Sql<'v> {
         sql.push(") VALUES (");
         for n in 0..import.columns.len() {
             sql.comma(n);
-            sql.push(&format!("?{}", n + 1));
+            sql.push("?");
         }
         sql.push(") ON CONFLICT (");
-        for (n, column) in import.relation.key().iter().enumerate() {
+        for (n, column) in relation.key().iter().enumerate() {
             sql.comma(n);
             sql.ident(column);
         }
