@@ -159,11 +159,11 @@ fn words_plan(terms: &Terms) -> Option<Plan> {
     })
 }
 
-/// The text around the first term's first place in the content (as the
+/// The indexed text around the first term's first place in it (as the
 /// substring search on SQLite shows it).
 fn substring_snippet(terms: &Terms, plan: &mut Plan) -> String {
     let first = plan.param(escape_text(&terms.0[0].1.text).into_owned());
-    format!("substr(h.content, greatest(1, strpos(h.content, {first}) - 40), 120)")
+    format!("substr({HIT_TEXT}, greatest(1, strpos({HIT_TEXT}, {first}) - 40), 120)")
 }
 
 fn trigrams_plan(terms: &Terms) -> Option<Plan> {

@@ -8,7 +8,7 @@ use rusqlite::{params_from_iter, Connection};
 
 use super::busy::with_busy_retry;
 use super::error::{classify, note_short_read};
-use super::search_index::CATCH_UP_CHUNK_ROWS;
+use super::search_index::{CATCH_UP_CHUNK_ROWS, INDEXED_TEXT};
 use super::{tables, SqliteBackend};
 use crate::error::{Error, Result};
 use crate::model::Table;
@@ -98,8 +98,8 @@ fn index_search(table: &str, order: SearchOrder) -> String {
 }
 
 /// A page of hits from a substring scan for `terms` (newest first), with
-/// the text around the first term as the snippet; and its parameters after
-/// `?1` to `?8`.
+/// the indexed text around the first term as the snippet (a tool call's
+/// row has no content); and its parameters after `?1` to `?8`.
 fn substring_search(terms: &Terms) -> (String, Vec<SqlValue>) {
     let mut params = Vec::new();
     let found = match terms.expr(|_| true) {
@@ -107,7 +107,7 @@ fn substring_search(terms: &Terms) -> (String, Vec<SqlValue>) {
         None => "0".to_owned(),
     };
     let inner = format!(
-        "SELECT m.id, substr(m.content, max(1, instr(m.content, ?1) - 40), 120) AS snippet,
+        "SELECT m.id, substr({INDEXED_TEXT}, max(1, instr({INDEXED_TEXT}, ?1) - 40), 120) AS snippet,
                 {HIT_COLUMNS}, 0 AS hit_rank
          FROM messages m
          JOIN sessions s ON s.id = m.session_id
