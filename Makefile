@@ -16,7 +16,7 @@ PEERS_PYTHON := $(abspath $(PEERS_DIR))/venv/bin/python
 WHERE := $(if $(PUBLISH),--publish) $(if $(OUT),--out $(abspath $(OUT)))
 
 .PHONY: peers hermes-python bench bench-quick bench-check bench-report bench-compare bench-scale bench-store \
-	bench-gateway bench-cli bench-rust interop
+	bench-gateway bench-cli bench-migrate bench-rust interop
 
 # The peers' own venv: hermes-agent 0.19.0, openai-agents, langgraph-checkpoint-sqlite,
 # matplotlib, pytest-benchmark.
@@ -77,6 +77,12 @@ bench-store: hermes-python peers
 # CLI (~30 min): target/bench/results/cli.json (PUBLISH=1: the one BENCHMARKS.md shows).
 bench-cli: hermes-python peers
 	$(HERMES_PYTHON) benches/cli.py --peers-python $(PEERS_PYTHON) $(WHERE)
+
+# hermes migrate on 100k messages: file -> file, file -> PostgreSQL and back, beside a bare-SQL
+# floor (~10 min, under scripts/postgres for the server): target/bench/results/migrate.json
+# (PUBLISH=1: the one BENCHMARKS.md shows).
+bench-migrate: hermes-python
+	$(HERMES_PYTHON) benches/migrate.py $(WHERE)
 
 # The gateway's per-turn overhead, ours vs hermes-agent (~1 min):
 # target/bench/results/gateway_turn.json (PUBLISH=1: the one BENCHMARKS.md shows).

@@ -1774,3 +1774,262 @@ fn a_closed_store_refuses_every_operation_and_keeps_its_data() {
         );
     });
 }
+
+/// Every row of every relation copied from `source` into `target` in pages
+/// of `limit`, sessions first, then their parents linked (as `hermes
+/// migrate` does); the rows written.
+fn copy_everything(source: &dyn Backend, target: &dyn Backend, limit: i64) -> u64 {
+    let shared = |relation: Relation| -> Vec<String> {
+        let theirs = target.columns().of(relation);
+        source
+            .columns()
+            .of(relation)
+            .iter()
+            .filter(|c| theirs.contains(c))
+            .cloned()
+            .collect()
+    };
+    let parented = Filter::Not(Box::new(Filter::IsNull(Term::Column(
+        "parent_session_id".into(),
+    ))));
+    let mut passes: Vec<(Relation, Filter)> = Relation::ALL
+        .iter()
+        .map(|&relation| (relation, Filter::All))
+        .collect();
+    passes.insert(1, (Relation::Sessions, parented));
+    let mut written = 0;
+    for (relation, filter) in passes {
+        let columns = shared(relation);
+        let mut after: Option<Vec<Value>> = None;
+        loop {
+            let page = store::copy::copy_page(
+                source,
+                target,
+                relation,
+                &columns,
+                &filter,
+                after.as_deref(),
+                limit,
+            )
+            .unwrap();
+            written += page.written;
+            if (page.read as i64) < limit {
+                break;
+            }
+            after = page.last_key;
+        }
+    }
+    written
+}
+
+/// Every column of every row of `relation`, in key order.
+fn every_row(db: &dyn Backend, relation: Relation) -> Vec<Vec<Value>> {
+    let query = Query {
+        order: relation
+            .key()
+            .iter()
+            .map(|k| Order {
+                term: Term::Column((*k).into()),
+                descending: false,
+            })
+            .collect(),
+        ..Query::all(relation)
+    };
+    let table = db.query(&query).unwrap();
+    table
+        .rows()
+        .map(|r| (0..table.columns.len()).map(|i| owned(r.get(i))).collect())
+        .collect()
+}
+
+/// A store holding something of every kind: a child session whose id sorts
+/// before its parent's, messages with NUL bytes, the JSON content prefix,
+/// JSON text as hermes-agent writes it (with spaces), a rewound row, a
+/// timestamp no decimal prints exactly, and routing, meta and topic rows.
+fn fill_with_everything(db: &dyn Backend) {
+    create(db, "b-root", "telegram", 0.1 + 0.2);
+    create(db, "a-child", "cli", 1.0 / 3.0);
+    db.write(set(
+        Relation::Sessions,
+        Filter::eq("id", "a-child"),
+        vec![
+            ("parent_session_id", Assign::Value(text("b-root"))),
+            ("title", Assign::Value(text("Child"))),
+            ("handoff_state", Assign::Value(text("pending"))),
+        ],
+    ))
+    .unwrap();
+    let mut tool = message("assistant", "", 1.0 / 7.0);
+    tool.content = Value::Null;
+    tool.tool_calls = Some("[{\"id\": \"c1\", \"type\": \"function\"}]".into());
+    tool.tool_call_count = 1;
+    append(
+        db,
+        "b-root",
+        vec![
+            message(
+                "user",
+                "\0json:[{\"type\": \"text\", \"text\": \"heron\"}]",
+                0.1 + 0.2,
+            ),
+            message("assistant", "a\0b\u{1}c", 2.5e-7),
+            tool,
+        ],
+    )
+    .unwrap();
+    let child = append(db, "a-child", vec![message("user", "egret wader", 3.0)]).unwrap();
+    append(db, "a-child", vec![message("user", "rewound", 4.0)]).unwrap();
+    db.write(set(
+        Relation::Messages,
+        Filter::Compare(Term::Column("id".into()), Cmp::Gt, Value::Integer(child[0])),
+        vec![("active", Assign::Value(Value::Integer(0)))],
+    ))
+    .unwrap();
+    let insert = |relation, values: Vec<(&str, Value)>| {
+        db.write(WriteOp::Insert(Insert {
+            relation,
+            values: values.into_iter().map(|(c, v)| (c.to_owned(), v)).collect(),
+            on_conflict: OnConflict::Fail,
+        }))
+        .unwrap();
+    };
+    insert(
+        Relation::GatewayRouting,
+        vec![
+            ("scope", text("")),
+            ("session_key", text("agent:main:cli:dm:1")),
+            ("entry_json", text("{\"session_id\": \"a-child\"}")),
+            ("updated_at", Value::Real(5.5)),
+        ],
+    );
+    insert(
+        Relation::StateMeta,
+        vec![("key", text("client_secret")), ("value", text("s3cret"))],
+    );
+    insert(
+        Relation::TelegramTopicBindings,
+        vec![
+            ("chat_id", text("42")),
+            ("thread_id", text("7")),
+            ("user_id", text("42")),
+            ("session_key", text("agent:main:telegram:dm:42:7")),
+            ("session_id", text("b-root")),
+            ("linked_at", Value::Real(6.0)),
+            ("updated_at", Value::Real(6.0)),
+        ],
+    );
+}
+
+#[test]
+fn a_copy_carries_every_row_as_it_is_once_and_back() {
+    on_every_backend(|open| {
+        let dir = tempfile::tempdir().unwrap();
+        let source = sqlite(&dir).unwrap()();
+        fill_with_everything(&*source);
+        let target = open();
+        // Pages of 2: sessions, messages and keys cross page boundaries.
+        let written = copy_everything(&*source, &*target, 2);
+        assert!(written >= 10, "{written} rows written");
+        for relation in Relation::ALL {
+            assert_eq!(
+                every_row(&*target, relation),
+                every_row(&*source, relation),
+                "{relation}"
+            );
+        }
+        assert_eq!(target.live_message_count("b-root").unwrap(), Some(3));
+        assert_eq!(target.live_message_count("a-child").unwrap(), Some(1));
+        assert_eq!(
+            session_value(&*target, "a-child", "parent_session_id"),
+            text("b-root")
+        );
+        assert_eq!(
+            session_value(&*target, "b-root", "tool_call_count"),
+            Value::Integer(1)
+        );
+        // The search finds imported rows, a rewound one not.
+        let found = |query: &str| {
+            let search = Search {
+                query: query.into(),
+                limit: 10,
+                ..Search::default()
+            };
+            target.search(&search).unwrap().row_count()
+        };
+        assert_eq!((found("egret"), found("rewound")), (1, 0));
+        // Again: nothing new, nothing twice.
+        assert_eq!(copy_everything(&*source, &*target, 2), 0);
+        assert_eq!(every_row(&*target, Relation::Messages).len(), 5);
+        // New rows of the source follow; the target's own next id is past every copied one.
+        let late = append(&*source, "a-child", vec![message("user", "late", 8.0)]).unwrap();
+        assert_eq!(copy_everything(&*source, &*target, 2), 1);
+        let own = append(&*target, "b-root", vec![message("user", "own", 9.0)]).unwrap();
+        assert!(own[0] > late[0], "{own:?} after {late:?}");
+        assert_eq!(target.live_message_count("a-child").unwrap(), Some(2));
+        // And back into a new file: the same rows again.
+        let back_dir = tempfile::tempdir().unwrap();
+        let back = sqlite(&back_dir).unwrap()();
+        copy_everything(&*target, &*back, 3);
+        for relation in Relation::ALL {
+            assert_eq!(
+                every_row(&*back, relation),
+                every_row(&*target, relation),
+                "{relation} back"
+            );
+        }
+    });
+}
+
+#[test]
+fn an_import_of_ids_that_are_other_messages_or_sessions_that_are_not_there_writes_nothing() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "here", "cli", 1.0);
+        let [id] = append(&*db, "here", vec![message("user", "mine", 1.0)]).unwrap()[..] else {
+            panic!("one id");
+        };
+        let columns: Vec<String> = ["id", "session_id", "role", "content", "timestamp"]
+            .map(String::from)
+            .into();
+        let row = |id: i64, session: &str, content: &str| {
+            vec![
+                Value::Integer(id),
+                text(session),
+                text("user"),
+                text(content),
+                Value::Real(2.0),
+            ]
+        };
+        let import = |rows| {
+            db.write(WriteOp::Import(store::Import {
+                relation: Relation::Messages,
+                columns: columns.clone(),
+                rows,
+            }))
+        };
+        create(&*db, "other", "cli", 1.0);
+        let clash = import(vec![
+            row(id + 1, "other", "new"),
+            row(id, "other", "theirs"),
+        ]);
+        let text_of = |e: Error| e.to_string();
+        let clash = text_of(clash.unwrap_err());
+        assert!(
+            clash.contains(&format!("message {id}")) && clash.contains("\"here\""),
+            "{clash}"
+        );
+        let orphan = text_of(import(vec![row(id + 5, "nowhere", "lost")]).unwrap_err());
+        assert!(orphan.contains("\"nowhere\""), "{orphan}");
+        assert_eq!(
+            every_row(&*db, Relation::Messages).len(),
+            1,
+            "nothing written"
+        );
+        assert_eq!(db.live_message_count("other").unwrap(), Some(0));
+        // The same message again is no clash: it is there already.
+        assert_eq!(
+            import(vec![row(id, "here", "mine")]).unwrap(),
+            WriteOut::Ids(vec![])
+        );
+    });
+}

@@ -4,10 +4,11 @@
 
     hermes gateway run [--host H] [--port P] [--model M] [--base-url URL] [--db FILE]
     hermes chat [--session NAME] [--resume ID|TITLE] [--model M] [--base-url URL] [--db FILE]
-    hermes sessions list [--source S] [--limit N] [--json]
+    hermes sessions list [--source S] [--workspace NEEDLE] [--limit N] [--json]
     hermes sessions show ID [--json]
     hermes sessions search QUERY [--source S] [--session ID] [--limit N] [--json]
-    hermes sessions export ID --format jsonl|md [-o FILE]
+    hermes sessions export [ID | FILTERS] [--format jsonl|md|qmd|html|trace] [-o PATH]
+                           [--only user-prompts] [--redact | --no-redact] [--lineage L]
     hermes sessions recover
     hermes sessions browse [--source S] [--limit N]
     hermes sessions rename ID TITLE...
@@ -15,10 +16,11 @@
     hermes sessions prune|archive [FILTERS] [--dry-run] [--yes] [--json]
     hermes sessions stats|optimize [--json]
     hermes sessions repair [--check-only] [--no-backup] [--json]
+    hermes migrate SOURCE TARGET [--page-rows N] [--json]
     hermes doctor
     hermes --version
 
-One module a command group (``gateway``, ``chat``, ``sessions``), each adding its parsers
+One module a command group (``gateway``, ``chat``, ``sessions``, ``migrate``), each adding its parsers
 with ``add_commands``; ``output`` prints (tables, JSON, progress), ``failures`` turns every
 exception into one line and an exit status, in one place: ``main``. Settings come from
 ``$HERMES_HOME/config.yaml``, then the environment, then these flags (``hermes.config``
@@ -35,7 +37,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from hermes.cli import chat, coexistence, doctor, failures, gateway, sessions
+from hermes.cli import chat, coexistence, doctor, failures, gateway, migrate, sessions
 from hermes.cli.arguments import Parser
 
 __all__ = ["build_parser", "main"]
@@ -79,5 +81,6 @@ def build_parser() -> argparse.ArgumentParser:
     gateway.add_commands(commands)
     chat.add_commands(commands)
     sessions.add_commands(commands)
+    migrate.add_commands(commands)
     doctor.add_commands(commands)
     return parser

@@ -155,10 +155,11 @@ impl PgBackend {
     }
 }
 
-/// The sessions `op` appends to.
+/// The sessions `op` adds messages to.
 fn appended_sessions<'a>(op: &'a WriteOp, out: &mut Vec<&'a str>) {
     match op {
         WriteOp::Append { session_id, .. } => out.push(session_id),
+        WriteOp::Import(import) => out.extend(import.message_sessions()),
         WriteOp::Transaction(ops) => ops.iter().for_each(|op| appended_sessions(op, out)),
         WriteOp::Insert(_) | WriteOp::Update(_) | WriteOp::Delete(_) | WriteOp::SearchIndex(_) => {}
     }

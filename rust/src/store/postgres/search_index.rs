@@ -390,11 +390,12 @@ pub fn background_step(server: &Server, readers: &Mutex<Vec<Link>>) -> Step {
     }
 }
 
-/// Whether `op` may leave rows pending (an append, an update of messages).
+/// Whether `op` may leave rows pending (an append, an import or an update of messages).
 pub fn leaves_pending(op: &WriteOp) -> bool {
     match op {
         WriteOp::Append { .. } => true,
         WriteOp::Update(update) => update.relation == Relation::Messages,
+        WriteOp::Import(import) => import.relation == Relation::Messages,
         WriteOp::Transaction(ops) => ops.iter().any(leaves_pending),
         WriteOp::Insert(_) | WriteOp::Delete(_) | WriteOp::SearchIndex(_) => false,
     }

@@ -12,7 +12,7 @@ use rusqlite::ToSql;
 
 use crate::model::{Value, ValueRef};
 use crate::store::{
-    Assign, Cmp, Delete, Derived, Filter, Insert, OnConflict, Query, Relation, Term, Update,
+    Assign, Cmp, Delete, Derived, Filter, Import, Insert, OnConflict, Query, Relation, Term, Update,
 };
 
 impl ToSql for ValueRef<'_> {
@@ -130,6 +130,31 @@ impl<'v> Sql<'v> {
                 sql.ident(column);
             }
         }
+        sql
+    }
+
+    /// One row of `import`, its values bound by the caller in column order
+    /// (`?1`...); a row whose key is there already is left as it is.
+    pub fn import(import: &Import) -> Self {
+        let mut sql = Sql::new();
+        sql.push("INSERT INTO ");
+        sql.push(import.relation.name());
+        sql.push(" (");
+        for (n, column) in import.columns.iter().enumerate() {
+            sql.comma(n);
+            sql.ident(column);
+        }
+        sql.push(") VALUES (");
+        for n in 0..import.columns.len() {
+            sql.comma(n);
+            sql.push(&format!("?{}", n + 1));
+        }
+        sql.push(") ON CONFLICT (");
+        for (n, column) in import.relation.key().iter().enumerate() {
+            sql.comma(n);
+            sql.ident(column);
+        }
+        sql.push(") DO NOTHING");
         sql
     }
 
@@ -271,8 +296,10 @@ impl<'v> Sql<'v> {
         match term {
             Term::Column(name) => self.column(alias, name),
             Term::Derived(Derived::Preview) => {
+                // Cut first: a line break becomes one space, so the same 63
+                // characters, without rewriting the whole message.
                 self.push(
-                    "COALESCE((SELECT SUBSTR(REPLACE(REPLACE(m.content, X'0A', ' '), X'0D', ' '), 1, 63) \
+                    "COALESCE((SELECT REPLACE(REPLACE(SUBSTR(m.content, 1, 63), X'0A', ' '), X'0D', ' ') \
                      FROM messages m WHERE m.session_id = ",
                 );
                 self.column(alias, "id");
