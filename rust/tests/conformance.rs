@@ -128,6 +128,92 @@ mod postgres {
         assert_eq!(rows, 1, "one migration, one version row");
     }
 
+    /// A plain client on `url`, on a runtime of its own.
+    fn client(url: &OsString) -> (tokio::runtime::Runtime, tokio_postgres::Client) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let url = url.to_str().unwrap().to_owned();
+        let client = runtime.block_on(async {
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(connection);
+            client
+        });
+        (runtime, client)
+    }
+
+    #[test]
+    fn rows_another_writer_inserted_are_found_by_the_next_search() {
+        let Some((base, name)) = fresh_database() else {
+            eprintln!("postgresql skipped (HERMES_TEST_POSTGRES_URL unset)");
+            return;
+        };
+        let url = with_database(&base, &name);
+        let db = opener(url.clone())();
+        create(&*db, "s", "cli", 1.0);
+        let (runtime, other) = client(&url);
+        let count =
+            |sql: &str| -> i64 { runtime.block_on(other.query_one(sql, &[])).unwrap().get(0) };
+        // Another host, or a program of its own, writes plain SQL in one
+        // transaction: the trigger marks its rows pending with it.
+        runtime
+            .block_on(other.batch_execute(
+                "BEGIN;
+                 INSERT INTO messages (session_id, role, content, timestamp, active)
+                 VALUES ('s', 'user', 'the okapi grazes', 1, 1), ('s', 'user', '记忆断裂问题', 2, 1);
+                 UPDATE sessions SET message_count = 2 WHERE id = 's';
+                 COMMIT",
+            ))
+            .unwrap();
+        assert_eq!(hits(&*db, "okapi").unwrap(), ["the okapi grazes"]);
+        assert_eq!(hits(&*db, "记忆断裂").unwrap(), ["记忆断裂问题"]);
+        assert_eq!(count("SELECT COUNT(*) FROM hermes_search_pending"), 0);
+        assert_eq!(count("SELECT COUNT(*) FROM hermes_search"), 2);
+        // An update of the text by that writer takes the old words out.
+        runtime
+            .block_on(other.batch_execute(
+                "UPDATE messages SET content = 'the tapir grazes' WHERE content LIKE '%okapi%'",
+            ))
+            .unwrap();
+        assert!(hits(&*db, "okapi").unwrap().is_empty());
+        assert_eq!(hits(&*db, "tapir").unwrap(), ["the tapir grazes"]);
+        runtime
+            .block_on(other.batch_execute("DELETE FROM messages WHERE content LIKE '%tapir%'"))
+            .unwrap();
+        assert!(hits(&*db, "grazes").unwrap().is_empty());
+        assert_eq!(count("SELECT COUNT(*) FROM hermes_search"), 1);
+    }
+
+    #[test]
+    fn a_database_from_before_the_search_index_gets_its_messages_indexed() {
+        let Some((base, name)) = fresh_database() else {
+            eprintln!("postgresql skipped (HERMES_TEST_POSTGRES_URL unset)");
+            return;
+        };
+        let url = with_database(&base, &name);
+        let db = opener(url.clone())();
+        create(&*db, "s", "cli", 1.0);
+        append(&*db, "s", vec![message("user", "an older gnu", 1.0)]).unwrap();
+        db.close();
+        // What the first PostgreSQL release left: the v22 tables, no search index.
+        let (runtime, other) = client(&url);
+        runtime
+            .block_on(other.batch_execute(
+                "DROP TABLE hermes_search, hermes_search_pending;
+                 DROP FUNCTION hermes_search_inserted, hermes_search_updated,
+                     hermes_search_deleted CASCADE;
+                 DROP TABLE hermes_migrations;",
+            ))
+            .unwrap();
+        let db = opener(url)();
+        assert_eq!(hits(&*db, "gnu").unwrap(), ["an older gnu"]);
+        append(&*db, "s", vec![message("user", "a newer gnu", 2.0)]).unwrap();
+        assert_eq!(hits(&*db, "gnu").unwrap().len(), 2);
+    }
+
     #[test]
     fn nul_bytes_and_the_json_prefix_come_back_exactly() {
         let Some((base, name)) = fresh_database() else {
@@ -1217,6 +1303,144 @@ fn search_finds_the_same_hits_on_every_backend() {
             );
         }
     }
+}
+
+/// A query from a soup of the corpus's words, the operators, the punctuation
+/// FTS5 reads as syntax and random characters (ASCII, CJK, Hangul): what a
+/// person or a fuzzer types.
+fn random_query(rng: &mut fastrand::Rng) -> String {
+    const SOUP: [&str; 36] = [
+        "docker",
+        "compose",
+        "kubernetes",
+        "the",
+        "quick",
+        "deploy",
+        "数据库",
+        "聊天",
+        "记忆断裂",
+        "数据",
+        "ab",
+        "C",
+        "P2",
+        "fix",
+        "AND",
+        "OR",
+        "NOT",
+        "NEAR",
+        "\"",
+        "*",
+        "(",
+        ")",
+        ":",
+        "-",
+        "+",
+        "^",
+        "%",
+        "_",
+        ".",
+        "'",
+        "#",
+        "@",
+        ",",
+        "\\",
+        "é",
+        "100%",
+    ];
+    let pieces = rng.usize(1..5);
+    let mut query = String::new();
+    for _ in 0..pieces {
+        match rng.u8(0..16) {
+            0 => query.push(rng.char('!'..='~')),
+            1 => query.push(rng.char('\u{4E00}'..='\u{4E20}')),
+            2 => query.push(rng.char('\u{AC00}'..='\u{AC05}')),
+            _ => query.push_str(SOUP[rng.usize(..SOUP.len())]),
+        }
+        if rng.u8(0..4) > 0 {
+            query.push(' ');
+        }
+    }
+    query
+}
+
+#[test]
+fn random_queries_run_and_find_the_same_hits_on_every_backend() {
+    let found = std::cell::RefCell::new(Vec::new());
+    on_every_backend(|open| {
+        let db = open();
+        corpus(&*db);
+        let mut rng = fastrand::Rng::with_seed(20);
+        let mut hits_of = Vec::new();
+        for _ in 0..600 {
+            let query = random_query(&mut rng);
+            match hits(&*db, &query) {
+                Ok(found) => hits_of.push((query, Some(found))),
+                Err(Error::BadQuery { .. }) => hits_of.push((query, None)),
+                Err(other) => panic!("{query:?}: {other}"),
+            }
+        }
+        found.borrow_mut().push(hits_of);
+    });
+    let found = found.into_inner();
+    let first = &found[0];
+    let found_some = first
+        .iter()
+        .filter(|(_, hits)| hits.as_ref().is_some_and(|h| !h.is_empty()))
+        .count();
+    eprintln!("random queries with hits: {found_some} of {}", first.len());
+    assert!(
+        found_some > 100,
+        "{found_some} queries of {} found something",
+        first.len()
+    );
+    for other in &found[1..] {
+        for (first, theirs) in first.iter().zip(other) {
+            assert_eq!(first, theirs, "SQLite's hits, then this backend's");
+        }
+    }
+}
+
+#[test]
+fn a_search_finds_what_another_handle_just_committed() {
+    on_every_backend(|open| {
+        let (writer, reader) = (open(), open());
+        create(&*writer, "s", "cli", 1.0);
+        for n in 0..20 {
+            let text = format!("meerkat number {n}");
+            append(&*writer, "s", vec![message("user", &text, n as f64)]).unwrap();
+            assert_eq!(hits(&*reader, "meerkat").unwrap().len(), n + 1);
+        }
+    });
+}
+
+#[test]
+fn searches_beside_concurrent_writers_see_every_committed_row() {
+    on_every_backend(|open| {
+        let writers: Vec<Box<dyn Backend>> = (0..3).map(|_| open()).collect();
+        let readers: Vec<Box<dyn Backend>> = (0..2).map(|_| open()).collect();
+        create(&*writers[0], "s", "cli", 1.0);
+        std::thread::scope(|scope| {
+            for (w, db) in writers.iter().enumerate() {
+                scope.spawn(move || {
+                    for i in 0..30 {
+                        let text = format!("lemur {w} {i}");
+                        append(&**db, "s", vec![message("user", &text, i as f64)]).unwrap();
+                    }
+                });
+            }
+            for db in &readers {
+                scope.spawn(move || {
+                    let mut seen = 0;
+                    for _ in 0..15 {
+                        let now = hits(&**db, "lemur").unwrap().len();
+                        assert!((seen..=90).contains(&now), "{seen} then {now}");
+                        seen = now;
+                    }
+                });
+            }
+        });
+        assert_eq!(hits(&*readers[0], "lemur").unwrap().len(), 90);
+    });
 }
 
 #[test]

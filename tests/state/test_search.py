@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hermes.errors import DatabaseClosedError
+from hermes.errors import DatabaseClosedError, SearchQueryError
 from hermes.state import SessionDB
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 
 def tool_call(n: int, name: str) -> dict[str, Any]:
@@ -82,6 +84,22 @@ def test_the_query_syntax_a_person_means(searchable: SessionDB, query: str,
 def test_whatever_a_person_types_runs(searchable: SessionDB, query: str,
                                       expected: set[Any]) -> None:
     assert {h["content"] for h in searchable.search_messages(query)} == expected
+
+
+SOUP = ['"', "*", "(", ")", "^", ":", "+", "-", "AND", "OR", "NOT", "NEAR(", "brown", "fox*",
+        "记忆", "完成率", "안녕", "%", "_", "\\", "'", "\x00", "\ud800", " "]
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=st.text(max_size=40) | st.lists(st.sampled_from(SOUP), max_size=8).map(" ".join))
+def test_any_text_runs_or_raises_a_search_query_error(searchable: SessionDB, query: str) -> None:
+    try:
+        hits = searchable.search_messages(query)
+    except SearchQueryError:
+        return
+    assert all(hit["session_id"] in ("a", "b") and isinstance(hit["snippet"], str)
+               for hit in hits)
 
 
 @pytest.mark.parametrize("query", ["C++", "chat-send", "TODO: fix", "P2.2", "ada@example.com",

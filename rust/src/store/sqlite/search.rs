@@ -8,7 +8,7 @@ use rusqlite::{params_from_iter, Connection};
 
 use super::busy::with_busy_retry;
 use super::error::{classify, note_short_read};
-use super::search_index::CATCH_UP_CHUNK_ROWS;
+use super::search_index::{CATCH_UP_CHUNK_ROWS, INDEXED_TEXT};
 use super::{tables, SqliteBackend};
 use crate::error::{Error, Result};
 use crate::model::Table;
@@ -162,7 +162,8 @@ fn index_search(table: &str, fts5: String, search: &Search) -> (String, Vec<SqlV
 }
 
 /// A page of hits from a substring scan for `terms` (newest first), with
-/// the text around the first term as the snippet.
+/// the indexed text around the first term as the snippet (a tool call's
+/// row has no content).
 fn substring_search(terms: &Terms, search: &Search) -> (String, Vec<SqlValue>) {
     let mut st = Statement { params: Vec::new() };
     let first = st.bind(SqlValue::Text(terms.0[0].1.text.clone()));
@@ -173,7 +174,7 @@ fn substring_search(terms: &Terms, search: &Search) -> (String, Vec<SqlValue>) {
     let filters = st.filters(search, None);
     let page = st.page(search);
     let inner = format!(
-        "SELECT m.id, substr(m.content, max(1, instr(m.content, {first}) - 40), 120) AS snippet,
+        "SELECT m.id, substr({INDEXED_TEXT}, max(1, instr({INDEXED_TEXT}, {first}) - 40), 120) AS snippet,
                 {HIT_COLUMNS}, 0 AS hit_rank
          FROM messages m
          JOIN sessions s ON s.id = m.session_id
