@@ -30,14 +30,28 @@ def server_url() -> str:
     return url
 
 
+def psql(sql: str) -> str:
+    """Runs ``sql`` on the test server; its output, unaligned. A failure raises, with psql's
+    message."""
+    program = _PSQL if os.path.exists(_PSQL) else shutil.which("psql") or "psql"
+    done = subprocess.run([program, "-qAt", server_url(), "-c", sql], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"psql exited {done.returncode} on {sql!r}: {done.stderr.strip()}")
+    return done.stdout
+
+
 def fresh_store() -> str:
     """The URL of a new, empty store (a schema) on the test server."""
-    base = server_url()
     name = f"hermes_pytest_{os.getpid()}_{next(_names)}"
-    psql = _PSQL if os.path.exists(_PSQL) else shutil.which("psql") or "psql"
-    subprocess.run([psql, "-qAt", base, "-c", f"CREATE SCHEMA {name}"], check=True,
-                   capture_output=True)
-    return f"{base}?options=-csearch_path%3D{name}"
+    psql(f"CREATE SCHEMA {name}")
+    return f"{server_url()}?options=-csearch_path%3D{name}"
+
+
+def connections_named(application_name: str) -> int:
+    """How many connections to the test server give ``application_name``."""
+    return int(psql("SELECT count(*) FROM pg_stat_activity "
+                    f"WHERE application_name = '{application_name}'"))
 
 
 def known_failures() -> dict[str, str]:

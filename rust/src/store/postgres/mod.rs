@@ -190,8 +190,11 @@ impl Backend for PgBackend {
 
     fn close(&self) {
         self.closed.store(true, Ordering::Release);
-        lock(&self.readers).clear();
-        lock(&self.writer).take();
+        let idle: Vec<Link> = lock(&self.readers).drain(..).collect();
+        let writer = lock(&self.writer).take();
+        for link in idle.into_iter().chain(writer) {
+            self.server.disconnect(link);
+        }
     }
 }
 

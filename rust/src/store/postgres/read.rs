@@ -47,6 +47,10 @@ fn messages_sql(columns: &str, include_inactive: bool) -> String {
     format!("SELECT {columns} FROM messages WHERE session_id = $1{active} ORDER BY id")
 }
 
+/// Reader connections kept open between reads; a burst of more
+/// concurrent reads opens more, closed again when they finish.
+const IDLE_READERS: usize = 8;
+
 impl PgBackend {
     /// Borrows a reader connection for `f`, connecting when none is idle.
     pub(super) fn read<T>(&self, f: impl FnOnce(&Server, &mut Link) -> Result<T>) -> Result<T> {
@@ -57,8 +61,17 @@ impl PgBackend {
             _ => self.server.connect()?,
         };
         let out = f(&self.server, &mut link);
-        if !self.closed.load(Ordering::Acquire) && !link.client.is_closed() {
-            lock(&self.readers).push(link);
+        let mut idle = lock(&self.readers);
+        // Checked under the pool's lock, which `close` takes after setting
+        // `closed`: a link read back after the close is not kept.
+        if self.closed.load(Ordering::Acquire)
+            || link.client.is_closed()
+            || idle.len() >= IDLE_READERS
+        {
+            drop(idle);
+            self.server.disconnect(link);
+        } else {
+            idle.push(link);
         }
         out
     }
