@@ -9,12 +9,15 @@ itself cannot pass there: ``postgres_known_failures.json`` names each with its r
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 ENABLED = os.environ.get("HERMES_TEST_STORE", "") == "postgresql"
 KNOWN_FAILURES = Path(__file__).with_name("postgres_known_failures.json")
@@ -58,3 +61,38 @@ def known_failures() -> dict[str, str]:
     """Test id (relative to tests/) → why it cannot pass on PostgreSQL."""
     data: dict[str, str] = json.loads(KNOWN_FAILURES.read_text(encoding="utf-8"))
     return data
+
+
+def opening_on_the_server(databases: dict[str, str]) -> Callable[..., None]:
+    """A ``StoreFace.__init__`` that opens, for each file path, its own fresh store on the test
+    server (recorded in ``databases``, path -> URL, so reopening a path reopens its store); a
+    URL opens as given."""
+    from hermes.paths import is_database_url, state_db_path
+    from hermes.state import face
+
+    opened_on_file = face.StoreFace.__init__
+
+    def on_the_server(self: face.StoreFace, db_path: str | Path | None = None,
+                      **options: Any) -> None:
+        location = db_path if db_path is not None else state_db_path()
+        if not is_database_url(location):
+            key = str(Path(location).resolve())
+            if key not in databases:
+                databases[key] = fresh_store()
+            location = databases[key]
+        opened_on_file(self, location, **options)
+
+    return on_the_server
+
+
+@contextlib.contextmanager
+def stores_on_the_server() -> Iterator[None]:
+    """Inside the block, every store opened on a file path opens on the test server instead."""
+    from hermes.state import face
+
+    opened_on_file = face.StoreFace.__init__
+    setattr(face.StoreFace, "__init__", opening_on_the_server({}))
+    try:
+        yield
+    finally:
+        setattr(face.StoreFace, "__init__", opened_on_file)
