@@ -29,7 +29,7 @@ def _stores_on_postgresql(monkeypatch: pytest.MonkeyPatch) -> None:
         return
     from hermes.state import face
 
-    monkeypatch.setattr(face.StoreFace, "__init__", postgres.opening_on_the_server({}))
+    monkeypatch.setattr(face.StoreFace, "__init__", postgres.opening_on_the_server())
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -2,6 +2,7 @@
 //! one is replaced), and the SQL of each.
 
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use tokio_postgres::types::{ToSql, Type};
 
@@ -12,6 +13,7 @@ use super::value::{escape_text, names, table};
 use super::PgBackend;
 use crate::error::{Error, Result};
 use crate::model::{Table, CONVERSATION_COLUMNS, MESSAGE_COLUMNS};
+use crate::store::backoff::Backoff;
 use crate::store::search::{Op, Terms};
 use crate::store::{lock, Filter, Page, Query, Relation, Search, SearchOrder, Term};
 
@@ -52,18 +54,47 @@ fn messages_sql(columns: &str, include_inactive: bool) -> String {
 const IDLE_READERS: usize = 8;
 
 impl PgBackend {
-    /// Borrows a reader connection for `f`, connecting when none is idle.
-    pub(super) fn read<T>(&self, f: impl FnOnce(&Server, &mut Link) -> Result<T>) -> Result<T> {
+    /// Borrows a reader connection for `f`, connecting when none is idle. A
+    /// read that loses its connection (the server restarted, the network
+    /// dropped) or cannot connect is tried again on a new one, with jittered
+    /// backoff, within the busy budget: a read changes nothing, so a second
+    /// try is always safe.
+    pub(super) fn read<T>(&self, mut f: impl FnMut(&Server, &mut Link) -> Result<T>) -> Result<T> {
         self.ensure_open()?;
-        let idle = lock(&self.readers).pop();
-        let mut link = match idle {
-            Some(link) if !link.client.is_closed() => link,
-            _ => self.server.connect()?,
-        };
-        let out = f(&self.server, &mut link);
+        let deadline = Instant::now() + self.options.busy_budget;
+        let mut backoff = Backoff::default();
+        loop {
+            let idle = lock(&self.readers).pop();
+            let link = match idle {
+                Some(link) if !link.client.is_closed() => Ok(link),
+                _ => self.server.connect(),
+            };
+            let (out, lost) = match link {
+                Ok(mut link) => {
+                    let out = f(&self.server, &mut link);
+                    let lost = out.is_err() && link.client.is_closed();
+                    self.put_back(link);
+                    (out, lost)
+                }
+                Err(e) => {
+                    let refused = e.is_busy();
+                    (Err(e), refused)
+                }
+            };
+            if lost && Instant::now() < deadline {
+                backoff.sleep();
+                self.ensure_open()?;
+                continue;
+            }
+            return out;
+        }
+    }
+
+    /// Returns a reader link to the pool, or closes it.
+    fn put_back(&self, link: Link) {
         let mut idle = lock(&self.readers);
         // Checked under the pool's lock, which `close` takes after setting
-        // `closed`: a link read back after the close is not kept.
+        // `closed`: a link put back after the close is not kept.
         if self.closed.load(Ordering::Acquire)
             || link.client.is_closed()
             || idle.len() >= IDLE_READERS
@@ -73,7 +104,6 @@ impl PgBackend {
         } else {
             idle.push(link);
         }
-        out
     }
 
     /// The rows of one statement as a table.
@@ -86,7 +116,7 @@ impl PgBackend {
         self.read(|server, link| {
             server
                 .block_on(link.client.query_typed(sql, params))
-                .and_then(|rows| table(&rows, columns))
+                .and_then(|rows| table(&rows, columns.clone()))
                 .map_err(|e| classify(&self.at, e))
         })
     }
