@@ -11,7 +11,8 @@ doing tool work produces them:
 
 The text is deterministic (seeded), English-like words from a vocabulary
 big enough for the full-text index to do real work; one message in ten also
-carries CJK, accented letters and emoji. Message ``i`` is the same dict
+carries CJK (two-character words and a three-character one, which the trigram
+index finds), accented letters and emoji. Message ``i`` is the same dict
 content in every process.
 """
 
@@ -38,7 +39,7 @@ _VOCAB = (
 #: Every NON_ASCII_EVERY-th message carries non-ASCII text (CJK, accents,
 #: emoji), as in a transcript that is mostly English and code.
 NON_ASCII_EVERY = 10
-_NON_ASCII = "北京 東京 서울 café naïve résumé Zürich 🚀 ✅"
+_NON_ASCII = "北京 東京 서울 数据库 café naïve résumé Zürich 🚀 ✅"
 
 
 def _text(rng: random.Random, size: int) -> str:

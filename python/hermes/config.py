@@ -130,8 +130,6 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
 
-import yaml
-
 from hermes.errors import ConfigError, InvalidSettingError
 from hermes.gateway.config import GatewayConfig, PlatformConfig
 from hermes.gateway.platform_env import platform_environment
@@ -339,6 +337,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         return {}
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}; check its permissions") from exc
+    import yaml  # here: without a config.yaml (the common case) a command never loads it
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -101,33 +101,58 @@ fn content<'py>(py: Python<'py>, r: RowRef<'_>, index: usize) -> PyResult<Bound<
     }
 }
 
+/// The dict keys of a table's rows, made once for all of them (interned: a
+/// page of rows shares each key instead of building it per row), and a dict
+/// of those keys, each None, that every row's dict starts as a copy of:
+/// copying a key table is cheaper than inserting each key into a dict that
+/// grows as it fills, and a NULL cell then costs nothing.
+pub struct RowKeys<'py> {
+    keys: Vec<Bound<'py, PyString>>,
+    blank: Bound<'py, PyDict>,
+}
+
+impl<'py> RowKeys<'py> {
+    pub fn new(py: Python<'py>, columns: &[String]) -> PyResult<Self> {
+        let keys: Vec<_> = columns.iter().map(|c| PyString::intern(py, c)).collect();
+        let blank = PyDict::new(py);
+        for key in &keys {
+            blank.set_item(key, py.None())?;
+        }
+        Ok(RowKeys { keys, blank })
+    }
+
+    /// A new dict of every key, each None.
+    fn blank(&self) -> PyResult<Bound<'py, PyDict>> {
+        self.blank.copy()
+    }
+}
+
 /// Every column of a row, as stored.
 pub fn row<'py>(
     py: Python<'py>,
     r: RowRef<'_>,
-    keys: &[Bound<'py, PyString>],
+    keys: &RowKeys<'py>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let dict = PyDict::new(py);
-    for (index, key) in keys.iter().enumerate() {
-        dict.set_item(key, cell(py, r, index)?)?;
+    let dict = keys.blank()?;
+    for (index, key) in keys.keys.iter().enumerate() {
+        if !r.is_null(index) {
+            dict.set_item(key, cell(py, r, index)?)?;
+        }
     }
     Ok(dict)
-}
-
-/// The dict keys of a table's rows, made once for all of them (interned: a
-/// page of rows shares each key instead of building it per row).
-pub fn keys<'py>(py: Python<'py>, columns: &[String]) -> Vec<Bound<'py, PyString>> {
-    columns.iter().map(|c| PyString::intern(py, c)).collect()
 }
 
 /// A `messages` row with its structured columns decoded.
 pub fn message_row<'py>(
     py: Python<'py>,
     r: RowRef<'_>,
-    keys: &[Bound<'py, PyString>],
+    keys: &RowKeys<'py>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let dict = PyDict::new(py);
-    for (index, (name, key)) in r.columns().iter().zip(keys).enumerate() {
+    let dict = keys.blank()?;
+    for (index, (name, key)) in r.columns().iter().zip(&keys.keys).enumerate() {
+        if r.is_null(index) {
+            continue;
+        }
         let decoded = match (name.as_str(), r.text(index)) {
             ("content" | "before_content" | "after_content", _) => content(py, r, index)?,
             (

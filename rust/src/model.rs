@@ -298,6 +298,10 @@ impl<'a> RowRef<'a> {
         }
     }
 
+    pub fn is_null(&self, index: usize) -> bool {
+        matches!(self.cells[index], Cell::Null)
+    }
+
     /// Non-empty text at `index`, as stored (UTF-8 unless a writer lied).
     pub fn text(&self, index: usize) -> Option<Text<'a>> {
         match self.cells[index] {

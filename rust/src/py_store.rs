@@ -14,7 +14,7 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
-use crate::decode;
+use crate::decode::{self, RowKeys};
 use crate::encode::{self, Warnings};
 use crate::error::Error;
 use crate::exceptions::MessageEncodeError;
@@ -138,10 +138,10 @@ impl Drop for GcPause {
 fn rows_to_list<'py>(
     py: Python<'py>,
     table: &Table,
-    convert: impl Fn(Python<'py>, RowRef<'_>, &[Bound<'py, PyString>]) -> PyResult<Bound<'py, PyDict>>,
+    convert: impl Fn(Python<'py>, RowRef<'_>, &RowKeys<'py>) -> PyResult<Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyList>> {
     let _pause = GcPause::new(py);
-    let keys = decode::keys(py, &table.columns);
+    let keys = RowKeys::new(py, &table.columns)?;
     let list = PyList::empty(py);
     for r in table.rows() {
         list.append(convert(py, r, &keys)?)?;
@@ -403,7 +403,7 @@ impl Store {
     ) -> PyResult<Option<Bound<'py, PyDict>>> {
         let backend = &*self.backend;
         let table = py.detach(|| backend.session(session_id))?;
-        let keys = decode::keys(py, &table.columns);
+        let keys = RowKeys::new(py, &table.columns)?;
         let row = table
             .rows()
             .next()

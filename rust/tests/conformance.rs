@@ -1007,8 +1007,7 @@ fn a_transaction_writes_all_or_nothing() {
 
 #[test]
 fn search_finds_cjk_text_by_trigrams_and_by_substring() {
-    // PostgreSQL: search is a scan without the trigram path yet (README limits).
-    on_sqlite_only(|open| {
+    on_every_backend(|open| {
         let db = open();
         create(&*db, "a", "cli", 1.0);
         let chat = "昨天和其他Agent的聊天记录，记忆断裂问题复现了";
@@ -1036,8 +1035,7 @@ fn search_finds_cjk_text_by_trigrams_and_by_substring() {
 
 #[test]
 fn search_index_upkeep_runs_on_every_index_and_keeps_every_hit() {
-    // PostgreSQL: there is no search index to optimize or rebuild yet (README limits).
-    on_sqlite_only(|open| {
+    on_every_backend(|open| {
         let db = open();
         create(&*db, "a", "cli", 1.0);
         for text in ["docker one", "docker two", "记忆断裂"] {
@@ -1058,6 +1056,217 @@ fn search_index_upkeep_runs_on_every_index_and_keeps_every_hit() {
             );
             assert_eq!((hits("docker"), hits("记忆断裂")), (2, 1), "{upkeep:?}");
         }
+    });
+}
+
+/// The content of every hit of `query` (up to 100), sorted; or the error.
+fn hits(db: &dyn Backend, query: &str) -> Result<Vec<String>, Error> {
+    let search = Search {
+        query: query.into(),
+        limit: 100,
+        ..Search::default()
+    };
+    let found = db.search(&search)?;
+    if found.columns.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut contents: Vec<String> = column(&found, "content")
+        .into_iter()
+        .map(|c| match c {
+            Value::Text(t) => t,
+            other => format!("{other:?}"),
+        })
+        .collect();
+    contents.sort();
+    Ok(contents)
+}
+
+/// Messages every backend's search is compared on.
+const CORPUS: [&str; 22] = [
+    "notes: we looked at C++ today",
+    "the chat-send endpoint failed",
+    "TODO: fix the flaky test",
+    "release P2.2 is out",
+    "mail ada@example.com for access",
+    "it's done",
+    "C# and F# compilers",
+    "docker compose up",
+    "kubernetes cluster restarted",
+    "docker and kubernetes together",
+    "compose the docker file",
+    "deployment deployed; deploys",
+    "The Quick Brown Fox",
+    "Crème brûlée, naïve façade",
+    "数据库连接超时",
+    "我们的数据库很快",
+    "聊天记录和数据",
+    "昨天和其他Agent的聊天记录，记忆断裂问题复现了",
+    "达成100%完成率",
+    "안녕하세요 반갑습니다",
+    "こんにちは世界",
+    "100% sure, 50%_off",
+];
+
+fn corpus(db: &dyn Backend) {
+    create(db, "s", "cli", 1.0);
+    for (n, text) in CORPUS.iter().enumerate() {
+        append(db, "s", vec![message("user", text, n as f64)]).unwrap();
+    }
+    let mut tool = message("tool", "tool output text", 99.0);
+    tool.tool_name = Some("web_search".into());
+    tool.tool_calls = Some(r#"[{"function":{"name":"read_file"}}]"#.into());
+    append(db, "s", vec![tool]).unwrap();
+}
+
+/// Queries of every kind: words, phrases, prefixes, the operators and how
+/// they group, punctuation a person types, CJK terms of two and of three or
+/// more characters, diacritics, tool names.
+const QUERIES: [&str; 48] = [
+    "docker",
+    "DOCKER",
+    "\"compose up\"",
+    "\"up compose\"",
+    "deploy*",
+    "dep*",
+    "\"docker c\"*",
+    "docker OR kubernetes",
+    "docker NOT kubernetes",
+    "docker kubernetes",
+    "docker AND kubernetes",
+    "docker NOT compose up",
+    "kubernetes OR docker compose",
+    "docker NOT compose AND file",
+    "C++",
+    "chat-send",
+    "TODO: fix",
+    "P2.2",
+    "ada@example.com",
+    "it's",
+    "C#",
+    "NOT docker",
+    "数据库",
+    "聊天",
+    "数据库 OR 聊天记录",
+    "数据 NOT 连接",
+    "记忆断裂",
+    "Agent的",
+    "100%完成",
+    "完成率",
+    "达成 NOT 目标",
+    "안녕",
+    "こんにちは",
+    "断裂连接",
+    "数据库 ab",
+    "数据库 AND ab",
+    "creme",
+    "BRÛLÉE",
+    "naive façade",
+    "web_search",
+    "read_file",
+    "quick brown",
+    "\"quick brown\"*",
+    "%",
+    "***",
+    "",
+    "100%",
+    "50%_off",
+];
+
+#[test]
+fn search_finds_the_same_hits_on_every_backend() {
+    let found = std::cell::RefCell::new(Vec::new());
+    on_every_backend(|open| {
+        let db = open();
+        corpus(&*db);
+        let hits: Vec<Vec<String>> = QUERIES
+            .iter()
+            .map(|q| hits(&*db, q).unwrap_or_else(|e| panic!("{q:?}: {e}")))
+            .collect();
+        let expect = |query: &str, expected: &[&str]| {
+            let at = QUERIES.iter().position(|q| *q == query).unwrap();
+            let mut expected: Vec<String> = expected.iter().map(|e| e.to_string()).collect();
+            expected.sort();
+            assert_eq!(hits[at], expected, "{query:?}");
+        };
+        // The searches of issue 20 find their message.
+        for (query, text) in [
+            ("C++", CORPUS[0]),
+            ("chat-send", CORPUS[1]),
+            ("TODO: fix", CORPUS[2]),
+            ("P2.2", CORPUS[3]),
+            ("ada@example.com", CORPUS[4]),
+            ("it's", CORPUS[5]),
+        ] {
+            assert!(
+                hits[QUERIES.iter().position(|q| *q == query).unwrap()].contains(&text.to_string()),
+                "{query:?}"
+            );
+        }
+        expect("NOT docker", &[CORPUS[7], CORPUS[9], CORPUS[10]]);
+        expect("数据库", &[CORPUS[14], CORPUS[15]]);
+        expect("docker NOT compose up", &[CORPUS[9], CORPUS[10]]);
+        expect("\"up compose\"", &[]);
+        expect("creme", &[CORPUS[13]]);
+        expect("web_search", &["tool output text"]);
+        expect("数据库 ab", &[CORPUS[14], CORPUS[15]]);
+        expect("数据库 AND ab", &[]);
+        found.borrow_mut().push(hits);
+    });
+    let found = found.into_inner();
+    for other in &found[1..] {
+        for ((query, first), theirs) in QUERIES.iter().zip(&found[0]).zip(other) {
+            assert_eq!(
+                first, theirs,
+                "{query:?}: SQLite's hits, then this backend's"
+            );
+        }
+    }
+}
+
+#[test]
+fn updated_and_deleted_messages_are_searched_as_they_are_now() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "cli", 1.0);
+        let ids = append(
+            &*db,
+            "s",
+            vec![
+                message("user", "the walrus speaks", 1.0),
+                message("user", "the narwhal sings", 2.0),
+                message("user", "记忆断裂问题", 3.0),
+            ],
+        )
+        .unwrap();
+        assert_eq!(hits(&*db, "walrus").unwrap().len(), 1);
+        db.write(set(
+            Relation::Messages,
+            Filter::eq("id", ids[0]),
+            vec![("content", Assign::Value(text("the seal speaks")))],
+        ))
+        .unwrap();
+        assert!(hits(&*db, "walrus").unwrap().is_empty());
+        assert_eq!(hits(&*db, "seal").unwrap(), ["the seal speaks"]);
+        assert_eq!(hits(&*db, "speaks").unwrap(), ["the seal speaks"]);
+        db.write(set(
+            Relation::Messages,
+            Filter::eq("id", ids[2]),
+            vec![("content", Assign::Value(text("断裂连接")))],
+        ))
+        .unwrap();
+        assert!(hits(&*db, "记忆断裂").unwrap().is_empty());
+        assert_eq!(hits(&*db, "断裂连接").unwrap(), ["断裂连接"]);
+        let delete = WriteOp::Delete(Delete {
+            relation: Relation::Messages,
+            filter: Filter::In(
+                Term::Column("id".into()),
+                vec![ids[1].into(), ids[2].into()],
+            ),
+        });
+        db.write(delete).unwrap();
+        assert!(hits(&*db, "narwhal").unwrap().is_empty());
+        assert!(hits(&*db, "断裂连接").unwrap().is_empty());
+        assert_eq!(hits(&*db, "the").unwrap(), ["the seal speaks"]);
     });
 }
 

@@ -4,44 +4,18 @@ parsed back, and their confirmation (a pty answers it; a pipe cannot)."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pexpect
 import pytest
-from support.processes import child_env
+from support.cli import as_json, hermes, one_line_failure, spawn
 
 from hermes.state import SessionDB
 
-HERMES = [sys.executable, "-m", "hermes.cli"]
 DAY = 86400.0
-
-
-def hermes(home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*HERMES, *argv], env=child_env(home), capture_output=True,
-                          text=True, timeout=120, stdin=subprocess.DEVNULL)
-
-
-def as_json(done: subprocess.CompletedProcess[str]) -> Any:
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
-def one_line_failure(done: subprocess.CompletedProcess[str], status: int = 1) -> str:
-    assert done.returncode == status, (done.returncode, done.stdout, done.stderr)
-    assert "Traceback" not in done.stderr
-    assert done.stderr.count("\n") == 1 and done.stderr.startswith("hermes: "), done.stderr
-    return done.stderr.strip()
-
-
-def spawn(home: Path, *argv: str) -> pexpect.spawn[str]:
-    return pexpect.spawn(sys.executable, ["-m", "hermes.cli", *argv],
-                         env=child_env(home, PROMPT_TOOLKIT_NO_CPR="1"), encoding="utf-8",
-                         timeout=30, dimensions=(40, 200))
 
 
 @pytest.fixture

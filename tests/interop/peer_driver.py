@@ -14,7 +14,13 @@ Requests (``op``):
 * ``search``: ``search_messages(query)`` session ids of the hits;
 * ``calls``: each ``[method, args, kwargs]`` of ``calls`` on its ``SessionDB``, in order:
   ``results`` holds ``{"ok": value}`` or ``{"error": exception type name}`` for each, and
-  ``model_usage`` the session's ``session_model_usage`` rows (read in SQL).
+  ``model_usage`` the session's ``session_model_usage`` rows (read in SQL);
+* ``serve``: stays up on one ``SessionDB`` and answers one JSON line per JSON line on stdin
+  until stdin closes, so its writes can land within milliseconds of ours. A line holds
+  ``sql``, ``calls`` or both, run in that order: ``sql`` is ``[statement, params]`` pairs run
+  on a ``sqlite3`` connection of its own, as another program's code would, in one ``BEGIN
+  IMMEDIATE`` transaction (answered with ``rows``, each statement's rows, or ``error``);
+  ``calls`` as above (answered with ``results``).
 
 Every request names ``db`` (the state.db path) and ``session_id``.
 """
@@ -60,6 +66,28 @@ def _call(db: Any, method: str, args: list[Any], kwargs: dict[str, Any]) -> dict
         return {"error": type(exc).__name__}
 
 
+def _serve(db: Any, path: str, lines: Any, out: Any) -> None:
+    conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+    try:
+        for line in lines:
+            req = json.loads(line)
+            answer: dict[str, Any] = {}
+            if "sql" in req:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    answer["rows"] = [conn.execute(sql, params).fetchall() for sql, params in req["sql"]]
+                    conn.execute("COMMIT")
+                except sqlite3.Error as exc:  # the answer says which error; the test decides
+                    conn.execute("ROLLBACK")
+                    answer["error"] = f"{type(exc).__name__}: {exc}"
+            if "calls" in req:
+                answer["results"] = [_call(db, *call) for call in req["calls"]]
+            out.write(json.dumps(answer) + "\n")
+            out.flush()
+    finally:
+        conn.close()
+
+
 def _state(db: Any, path: str, session_id: str) -> dict[str, Any]:
     session = db.get_session(session_id) or {}
     return {
@@ -72,7 +100,7 @@ def _state(db: Any, path: str, session_id: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    req = json.loads(sys.stdin.read())
+    req = json.loads(sys.stdin.readline())  # one line: ``serve`` reads on after it
     out = sys.stdout
     sys.stdout = sys.stderr  # keep stdout for the answer alone
 
@@ -119,6 +147,9 @@ def main() -> None:
         elif op == "calls":
             answer["results"] = [_call(db, *call) for call in req["calls"]]
             answer["model_usage"] = _model_usage(path, sid)
+        elif op == "serve":
+            _serve(db, path, sys.stdin, out)
+            return
         elif op != "read":
             raise SystemExit(f"unknown op {op!r}")
         answer.update(_state(db, path, sid))

@@ -51,6 +51,16 @@ def test_a_picker_lists_roots_and_branches_with_previews_and_the_tip_projected(d
     assert db.session_count() == 5 and db.session_count(exclude_children=True) == 3
 
 
+def test_equal_starts_are_listed_in_the_order_they_were_written(db: SessionDB) -> None:
+    for sid in ("b", "a", "c"):
+        db.create_session(sid, "cli", started_at=5.0)
+    db.create_session("z", "cli", started_at=6.0)
+    assert [r["id"] for r in db.list_sessions_rich()] == ["z", "b", "a", "c"]
+    assert [r["id"] for r in db.list_sessions_rich(limit=2, offset=1)] == ["b", "a"]
+    row = db.list_sessions_rich(limit=1)[0]
+    assert row["title"] is None and row["source"] == "cli" and row["preview"] == ""
+
+
 def test_filters_pages_and_the_last_active_order(db: SessionDB) -> None:
     _lineage(db)
     assert [r["id"] for r in db.list_sessions_rich(source="telegram")] == ["plain"]
@@ -112,3 +122,22 @@ def test_async_listing_matches_the_sync_one(db: SessionDB) -> None:
     adb = AsyncSessionDB(db)
     assert asyncio.run(adb.list_sessions_rich()) == db.list_sessions_rich()
     assert asyncio.run(adb.message_count()) == 2
+
+
+def test_a_workspace_is_the_repo_root_else_the_cwd_matched_by_any_part(db: SessionDB) -> None:
+    db.create_session("in-repo", "cli", started_at=1.0, cwd="/home/ann/Hermes/src",
+                      git_repo_root="/home/ann/Hermes")
+    db.create_session("no-root", "cli", started_at=2.0, cwd="/srv/notes", git_repo_root="")
+    db.create_session("elsewhere", "cli", started_at=3.0, cwd="/tmp/scratch")
+    db.create_session("unbound", "cli", started_at=4.0)
+    # The repo's name, any case; a part of its path; the cwd when there is no root.
+    assert [r["id"] for r in db.list_sessions_rich(workspace="hermes")] == ["in-repo"]
+    assert [r["id"] for r in db.list_sessions_rich(workspace="ann/her")] == ["in-repo"]
+    assert [r["id"] for r in db.list_sessions_rich(workspace="notes")] == ["no-root"]
+    # The root wins over the cwd: the cwd's subfolder is not the workspace.
+    assert db.list_sessions_rich(workspace="src") == []
+    # A blank needle filters nothing; a % or _ is a character, not a wildcard.
+    assert len(db.list_sessions_rich(workspace="  ")) == 4
+    assert db.list_sessions_rich(workspace="%") == []
+    db.create_session("odd", "cli", started_at=5.0, cwd="/srv/50%_off")
+    assert [r["id"] for r in db.list_sessions_rich(workspace="50%_")] == ["odd"]

@@ -4,10 +4,11 @@
 
     hermes gateway run [--host H] [--port P] [--model M] [--base-url URL] [--db FILE]
     hermes chat [--session NAME] [--resume ID|TITLE] [--model M] [--base-url URL] [--db FILE]
-    hermes sessions list [--source S] [--limit N] [--json]
+    hermes sessions list [--source S] [--workspace NEEDLE] [--limit N] [--json]
     hermes sessions show ID [--json]
     hermes sessions search QUERY [--source S] [--session ID] [--limit N] [--json]
-    hermes sessions export ID --format jsonl|md [-o FILE]
+    hermes sessions export [ID | FILTERS] [--format jsonl|md|qmd|html|trace] [-o PATH]
+                           [--only user-prompts] [--redact | --no-redact] [--lineage L]
     hermes sessions recover
     hermes sessions browse [--source S] [--limit N]
     hermes sessions rename ID TITLE...

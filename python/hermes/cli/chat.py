@@ -9,10 +9,7 @@ first. What is typed is read by the local platform adapter
 from __future__ import annotations
 
 import argparse
-import asyncio
 from typing import TYPE_CHECKING, Any
-
-from rich.text import Text
 
 from hermes.cli.arguments import Commands, add_model_flags
 from hermes.cli.configuration import gateway_config, settings
@@ -47,6 +44,8 @@ def run_chat(args: argparse.Namespace) -> int:
     if args.resume:
         _switch_to(config, args.session, args.resume)
     _show_where_we_are(config, args.session)  # before the adapter starts prompting
+    import asyncio  # here: the other commands never load it
+
     return asyncio.run(_converse(config))
 
 
@@ -89,6 +88,8 @@ def _switch_to(config: GatewayConfig, name: str, ident: str) -> None:
 def _show_where_we_are(config: GatewayConfig, name: str) -> None:
     """Say whether the conversation is new; for a continued one, show its end, so the person
     sees where they left off."""
+    from rich.text import Text
+
     from hermes.gateway.platforms.local import chat_source, message_line
     from hermes.gateway.session import SessionStore
     from hermes.state import SessionDB

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hermes.cli.failures import CommandError
-from hermes.config import HermesConfig, load_config
 from hermes.paths import store_exists
 
-if TYPE_CHECKING:  # imported where used: `hermes --help` should not load the gateway
+if TYPE_CHECKING:  # imported where used: `hermes --help` loads neither settings nor store
+    from hermes.config import HermesConfig
     from hermes.gateway.config import GatewayConfig
     from hermes.state import SessionDB
 
@@ -27,6 +27,8 @@ def settings(args: argparse.Namespace, overrides: dict[str, object] | None = Non
     model settings afresh for each agent it builds (config.yaml, then the environment), and
     flags sit on top of both that way.
     """
+    from hermes.config import load_config
+
     if args.model:
         os.environ["HERMES_MODEL"] = args.model
     if args.base_url:
@@ -64,6 +66,8 @@ def gateway_config(config: HermesConfig, platform: str, extra: dict[str, Any], *
 
 def store_location(args: argparse.Namespace) -> Path | str:
     """The session store of ``--db``, ``--database-url`` or the configuration."""
+    from hermes.config import load_config
+
     return load_config(store_flags(args)).store_location
 
 

@@ -6,17 +6,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
-
-from rich.text import Text
 
 from hermes import SCHEMA_VERSION, SQLITE_VERSION, __version__
 from hermes.cli import coexistence
 from hermes.cli.arguments import Commands
 from hermes.cli.failures import FAILED
 from hermes.cli.output import print_text
-from hermes.config import config_path, load_config
 from hermes.errors import ConfigError
 from hermes.paths import hermes_home
 
@@ -33,6 +29,10 @@ def add_commands(commands: Commands) -> None:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    import platform
+
+    from hermes.config import config_path, load_config
+
     rows: list[tuple[str, str]] = [
         ("package", version()),
         ("python", f"{sys.executable} ({platform.python_implementation()} {platform.python_version()})"),
@@ -56,7 +56,7 @@ def _doctor(args: argparse.Namespace) -> int:
     others = coexistence.other_distributions()
     rows.append(("also here", ", ".join(others) if others else "no other package's `hermes`"))
     width = max(len(name) for name, _ in rows)
-    print_text(*(Text(f"{name:<{width}}  {value}") for name, value in rows))
+    print_text(*(f"{name:<{width}}  {value}" for name, value in rows))
     return status
 
 

@@ -14,9 +14,6 @@ import os
 import signal
 import sys
 
-from rich.console import Console
-from rich.text import Text
-
 from hermes.errors import HermesError
 
 logger = logging.getLogger("hermes")
@@ -84,6 +81,9 @@ def report(exc: BaseException) -> int:
 
 
 def _print(message: str) -> None:
+    from rich.console import Console
+    from rich.text import Text
+
     line = " ".join(message.split())  # one line, whatever the message held
     Console(stderr=True, highlight=False, soft_wrap=True).print(
         Text(f"hermes: {line}", style="red"))

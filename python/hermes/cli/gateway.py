@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-
-from rich.text import Text
 
 from hermes.cli.arguments import Commands, add_model_flags
 from hermes.cli.configuration import gateway_config, settings
@@ -29,6 +26,10 @@ def add_commands(commands: Commands) -> None:
 
 
 def run_gateway(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from rich.text import Text
+
     from hermes.gateway.platforms.api_auth import check_bind_allowed
     from hermes.gateway.run import GatewayRunner
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
 import sys
@@ -22,14 +23,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
-
-from rich.console import Console, RenderableType
-from rich.progress import Progress, TaskID
-from rich.table import Table
-from rich.text import Text
+from typing import IO, TYPE_CHECKING, Any, TypeAlias
 
 from hermes.cli.failures import CommandError, describe_os_error
+
+# rich is imported where it draws (a terminal's table, styled text, a progress bar that is
+# due): a piped table, plain text and a quick command never pay its ~30 ms of imports.
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.progress import Progress, TaskID
+    from rich.text import Text
 
 #: Seconds of work before a progress bar appears.
 SHOW_PROGRESS_AFTER = 0.5
@@ -37,20 +40,27 @@ SHOW_PROGRESS_AFTER = 0.5
 _MIN_FOLDED_WIDTH = 8
 
 
-class _Console(Console):
-    def on_broken_pipe(self) -> None:
-        # rich would exit with status 1 here; the command's one error path decides instead.
-        self.quiet = True
-        raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
+@functools.cache
+def _console_class() -> type[Console]:
+    from rich.console import Console
+
+    class PipeAwareConsole(Console):
+        def on_broken_pipe(self) -> None:
+            # rich would exit with status 1 here; the command's one error path decides.
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
+
+    return PipeAwareConsole
 
 
 def console() -> Console:
-    """stdout. Off a terminal it never wraps lines (rich would at 80 columns)."""
-    return _Console(highlight=False, soft_wrap=not sys.stdout.isatty())
+    """stdout. Off a terminal it never wraps lines (rich would at 80 columns). Markup in
+    strings is not read: text is printed as written."""
+    return _console_class()(highlight=False, markup=False, soft_wrap=not sys.stdout.isatty())
 
 
 def stderr_console() -> Console:
-    return _Console(stderr=True, highlight=False, soft_wrap=True)
+    return _console_class()(stderr=True, highlight=False, markup=False, soft_wrap=True)
 
 
 # -- tables ----------------------------------------------------------------------------
@@ -63,14 +73,16 @@ class Column:
     is_id: bool = False
 
 
-Cell = str | Text
+Cell: TypeAlias = "str | Text"
 
 
 def print_table(title: str, columns: Sequence[Column], rows: Sequence[Sequence[Cell]]) -> None:
-    out = console()
-    if not out.is_terminal:
+    if not sys.stdout.isatty():
         _print_plain(columns, rows)
         return
+    from rich.table import Table
+
+    out = console()
     id_widths = {i: max([len(column.name), *(len(_plain(row[i])) for row in rows)])
                  for i, column in enumerate(columns) if column.is_id}
     others = len(columns) - len(id_widths)
@@ -100,6 +112,8 @@ def _print_plain(columns: Sequence[Column], rows: Sequence[Sequence[Cell]]) -> N
 def _print_blocks(out: Console, title: str, columns: Sequence[Column],
                   rows: Sequence[Sequence[Cell]]) -> None:
     """One block a row: its ids first, alone on their lines, then ``name: value`` lines."""
+    from rich.text import Text
+
     out.print(Text(title, style="bold"))
     for row in rows:
         out.print()
@@ -112,7 +126,7 @@ def _print_blocks(out: Console, title: str, columns: Sequence[Column],
 
 
 def _plain(cell: Cell) -> str:
-    return cell.plain if isinstance(cell, Text) else cell
+    return cell if isinstance(cell, str) else cell.plain
 
 
 def _one_field(cell: Cell) -> str:
@@ -131,6 +145,10 @@ def print_json(value: object) -> None:
 
 
 def print_text(*renderables: RenderableType) -> None:
+    """Each renderable on its line(s); plain strings are written as they are."""
+    if all(isinstance(renderable, str) for renderable in renderables):
+        sys.stdout.write("".join(f"{renderable}\n" for renderable in renderables))
+        return
     out = console()
     for renderable in renderables:
         out.print(renderable)
@@ -154,44 +172,60 @@ class ProgressDisplay:
     """A progress bar on stderr that appears once the work has taken
     ``SHOW_PROGRESS_AFTER`` seconds, and only on a terminal. It appears then even while the
     work is one long call that reports nothing (a prune, a count of a large store): a timer
-    shows it, and rich keeps it moving from its own thread."""
+    shows it, and rich keeps it moving from its own thread. Until then it only counts (rich
+    is not even imported)."""
 
     def __init__(self, description: str, total: int | None, *, out: Console | None = None,
                  show_after: float = SHOW_PROGRESS_AFTER) -> None:
-        self._out = out or stderr_console()
-        self._progress = Progress(console=self._out, transient=True)
-        self._task: TaskID = self._progress.add_task(description, total=total)
+        self._out = out
+        self._description = description
+        self._total = total
+        self._completed = 0
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
         self._show_at = time.monotonic() + show_after
         self._lock = threading.Lock()
-        self._shown = self._closed = False
+        self._closed = False
+        self._on_terminal = out.is_terminal if out is not None else sys.stderr.isatty()
         self._timer = threading.Timer(show_after, self._reveal)
         self._timer.daemon = True
-        if self._out.is_terminal:
+        if self._on_terminal:
             self._timer.start()
 
     def advance(self, amount: int = 1) -> None:
-        self._progress.advance(self._task, amount)
+        with self._lock:
+            self._completed += amount
+            if self._progress is not None and self._task is not None:
+                self._progress.advance(self._task, amount)
         self._reveal_when_due()
 
     def update(self, completed: int, total: int | None = None) -> None:
-        self._progress.update(self._task, completed=completed, total=total)
+        with self._lock:
+            self._completed, self._total = completed, total
+            if self._progress is not None and self._task is not None:
+                self._progress.update(self._task, completed=completed, total=total)
         self._reveal_when_due()
 
     def _reveal_when_due(self) -> None:
-        if not self._shown and self._out.is_terminal and time.monotonic() >= self._show_at:
+        if self._progress is None and self._on_terminal and time.monotonic() >= self._show_at:
             self._reveal()
 
     def _reveal(self) -> None:
         with self._lock:
-            if not self._closed and not self._shown:
-                self._shown = True
-                self._progress.start()
+            if self._closed or self._progress is not None:
+                return
+            from rich.progress import Progress
+
+            self._progress = Progress(console=self._out or stderr_console(), transient=True)
+            self._task = self._progress.add_task(self._description, total=self._total,
+                                                 completed=self._completed)
+            self._progress.start()
 
     def close(self) -> None:
         self._timer.cancel()
         with self._lock:
             self._closed = True
-            if self._shown:
+            if self._progress is not None:
                 self._progress.stop()
 
 

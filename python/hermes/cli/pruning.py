@@ -13,14 +13,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rich.text import Text
-
 from hermes.cli import session_filters
 from hermes.cli.arguments import Commands, add_db_flag, add_json_flag
 from hermes.cli.configuration import open_db
 from hermes.cli.confirmation import confirm
 from hermes.cli.failures import UsageError
-from hermes.cli.output import Column, plural, print_json, print_table, print_text, progress, when
+from hermes.cli.output import plural, print_json, print_text, progress, when
 from hermes.paths import hermes_home
 
 # Sessions listed before the question (a dry run lists them all).
@@ -136,14 +134,7 @@ def _preview(candidates: list[dict[str, Any]], title: str, *, limit: int | None,
     if json:
         print_json({"matched": candidates, "changed": 0, "dry_run": True})
         return
-    shown = candidates if limit is None else candidates[:limit]
-    print_table(title, [Column("id", is_id=True), Column("started"), Column("source"),
-                        Column("model"), Column("messages"), Column("title")],
-                [[row["id"], when(row.get("started_at")), row.get("source") or "",
-                  row.get("model") or "", str(_messages(row)), row.get("title") or ""]
-                 for row in shown])
-    if len(candidates) > len(shown):
-        print_text(Text(f"... and {len(candidates) - len(shown)} more", style="dim"))
+    session_filters.print_matches(candidates, title, limit=limit)
 
 
 def _transcript_files() -> Path:

@@ -1,6 +1,6 @@
-"""The filters of ``hermes sessions prune | archive``: flags, their values as the store's
-keyword filters (``SessionDB.list_prune_candidates``, ``prune_sessions``,
-``archive_sessions``), and a sentence saying what they select.
+"""The filters of ``hermes sessions prune | archive | export``: flags, their values as the
+store's keyword filters (``SessionDB.list_prune_candidates``, ``prune_sessions``,
+``archive_sessions``), a sentence saying what they select, and the table of what matched.
 
 A point in time is a duration back from now (``30m``, ``5h``, ``2d``, ``1w``; a bare number
 is days, as hermes-agent's ``--older-than 90``) or a date and time (``2026-07-05``,
@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from hermes.cli.failures import UsageError
+from hermes.cli.output import Column, print_table, print_text, when
 
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(s|sec|secs|seconds?|m|min|mins|minutes?|"
@@ -45,8 +46,10 @@ _MATCHES: dict[str, tuple[str, str]] = {
 _TIME_FLAGS = ("older_than", "before", "newer_than", "after")
 
 
-def add_filter_flags(parser: argparse.ArgumentParser, older_than_help: str) -> None:
-    """hermes-agent's filter flags, and ``--dry-run`` and ``--yes``."""
+def add_filter_flags(parser: argparse.ArgumentParser, older_than_help: str, *,
+                     asks: bool = True) -> None:
+    """hermes-agent's filter flags and ``--dry-run``; and ``--yes`` for a command that
+    ``asks`` before it changes anything."""
     parser.add_argument("--older-than", metavar="AGE", help=older_than_help)
     parser.add_argument("--newer-than", metavar="AGE",
                         help="only sessions started within the last AGE (5h, 2d) or after a "
@@ -74,9 +77,10 @@ def add_filter_flags(parser: argparse.ArgumentParser, older_than_help: str) -> N
     parser.add_argument("--min-tool-calls", type=int, metavar="N")
     parser.add_argument("--max-tool-calls", type=int, metavar="N")
     parser.add_argument("--dry-run", action="store_true",
-                        help="list the sessions it would change, and change nothing")
-    parser.add_argument("--yes", "-y", action="store_true",
-                        help="do it without asking (needed when stdin is not a terminal)")
+                        help="list the sessions it would work on, and do nothing")
+    if asks:
+        parser.add_argument("--yes", "-y", action="store_true",
+                            help="do it without asking (needed when stdin is not a terminal)")
 
 
 def has_filters(args: argparse.Namespace) -> bool:
@@ -136,3 +140,16 @@ def describe(filters: dict[str, Any]) -> str:
 
 def _when(epoch: float) -> str:
     return datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M")
+
+
+def print_matches(rows: list[dict[str, Any]], title: str, *, limit: int | None) -> None:
+    """The sessions the filters matched (``limit`` of them, and how many more)."""
+    shown = rows if limit is None else rows[:limit]
+    print_table(title, [Column("id", is_id=True), Column("started"), Column("source"),
+                        Column("model"), Column("messages"), Column("title")],
+                [[row["id"], when(row.get("started_at")), row.get("source") or "",
+                  row.get("model") or "", str(row.get("message_count") or 0),
+                  row.get("title") or ""]
+                 for row in shown])
+    if len(rows) > len(shown):
+        print_text(f"... and {len(rows) - len(shown)} more")

@@ -8,14 +8,10 @@ key, and then pick that conversation's newest session. Option names follow herme
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Iterator
-from pathlib import Path
-from typing import IO, Any
+import os
+from typing import TYPE_CHECKING, Any
 
-from rich.text import Text
-
-from hermes.cli import browse, pruning, store_upkeep, transcripts
+from hermes.cli import browse, pruning, session_export, store_upkeep, transcripts
 from hermes.cli.arguments import Commands, add_db_flag, add_json_flag, count
 from hermes.cli.configuration import open_db, store_location
 from hermes.cli.output import (
@@ -25,12 +21,13 @@ from hermes.cli.output import (
     print_json,
     print_table,
     print_text,
-    private_file,
     progress,
-    stderr_console,
     when,
 )
 from hermes.paths import store_exists
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 _IDENT_HELP = ("session id (an api_server answer's X-Hermes-Session-Id) or title, chat id "
                "or session key")
@@ -41,8 +38,15 @@ def add_commands(commands: Commands) -> None:
     sessions.set_defaults(help_parser=sessions)
     session_commands = sessions.add_subparsers(title="commands", metavar="COMMAND")
 
-    listing = session_commands.add_parser("list", help="newest sessions first")
+    listing = session_commands.add_parser(
+        "list", help="newest sessions first",
+        description="Archived sessions, sub-agent runs and compression continuations are "
+                    "hidden, and so are other tools' sessions (source tool) unless --source "
+                    "names one.")
     listing.add_argument("--source", help="only this platform (api_server, local, ...)")
+    listing.add_argument("--workspace", metavar="NEEDLE",
+                         help="only sessions of one workspace: its git repo root (else its "
+                              "working directory) contains NEEDLE, e.g. a repo's name")
     listing.add_argument("--limit", type=count, default=20, help="how many (default 20)")
     add_json_flag(listing)
     add_db_flag(listing)
@@ -65,16 +69,6 @@ def add_commands(commands: Commands) -> None:
     add_db_flag(search)
     search.set_defaults(handler=search_messages)
 
-    export = session_commands.add_parser(
-        "export", help="write a transcript as JSONL or Markdown",
-        description="JSONL: one OpenAI-style message per line. Markdown: a readable document.")
-    export.add_argument("id", help=_IDENT_HELP)
-    export.add_argument("--format", choices=("jsonl", "md"), default="jsonl")
-    export.add_argument("-o", "--output", type=Path,
-                        help="file to write, created mode 0600 (default, or -: stdout)")
-    add_db_flag(export)
-    export.set_defaults(handler=export_session)
-
     recover = session_commands.add_parser(
         "recover", help="import messages spooled while the database was failing",
         description="Re-imports $HERMES_HOME/sessions/*.recovery.jsonl; running it again "
@@ -88,6 +82,7 @@ def add_commands(commands: Commands) -> None:
     add_db_flag(rename)
     rename.set_defaults(handler=rename_session)
 
+    session_export.add_commands(session_commands)
     pruning.add_commands(session_commands)
     store_upkeep.add_commands(session_commands)
     browse.add_commands(session_commands)
@@ -100,21 +95,35 @@ def list_sessions(args: argparse.Namespace) -> int:
     if store_exists(store_location(args)):
         with open_db(args) as db, progress("reading sessions"):
             # As hermes-agent lists them: archived sessions, sub-agent runs and compression
-            # continuations hidden (a compressed conversation is one row).
-            rows = db.list_sessions_rich(source=args.source, limit=args.limit,
-                                         compact_rows=True)
+            # continuations hidden (a compressed conversation is one row), and other tools'.
+            rows = db.list_sessions_rich(
+                source=args.source, exclude_sources=None if args.source else ["tool"],
+                workspace=args.workspace, limit=args.limit, compact_rows=True)
     if args.json:
         print_json(rows)
         return 0
     columns = [Column("id", is_id=True), Column("title"), Column("source"),
                Column("chat"), Column("started"), Column("messages"),
                Column("ended")]
+    # A workspace column only where some session has one (or one was asked for).
+    workspaces = [_workspace_name(row) for row in rows]
+    with_workspace = bool(args.workspace) or any(workspaces)
+    if with_workspace:
+        columns.insert(2, Column("workspace"))
     print_table(f"{plural(len(rows), 'session')} (newest first)", columns, [
-        [row["id"], row.get("title") or "", row.get("source") or "",
+        [row["id"], row.get("title") or "",
+         *([workspace] if with_workspace else []), row.get("source") or "",
          str(row.get("chat_id") or row.get("display_name") or ""), when(row.get("started_at")),
          str(row.get("message_count") or 0), row.get("end_reason") or ""]
-        for row in rows])
+        for row, workspace in zip(rows, workspaces)])
     return 0
+
+
+def _workspace_name(row: dict[str, Any]) -> str:
+    """The session's workspace as the list shows it: the folder name of its git repo root,
+    else of its working directory ("" when it has neither)."""
+    where = (row.get("git_repo_root") or "").strip() or (row.get("cwd") or "").strip()
+    return os.path.basename(where.rstrip("/\\")) or where
 
 
 def show_session(args: argparse.Namespace) -> int:
@@ -126,6 +135,8 @@ def show_session(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"session": session, "messages": messages})
         return 0
+    from rich.text import Text
+
     print_text(Text(f"session {session['id']}", style="bold"),
                *(Text(f"  {key}: {value}", style="dim")
                  for key, value in transcripts.heading(session)))
@@ -156,38 +167,12 @@ def search_messages(args: argparse.Namespace) -> int:
 
 def _highlight(snippet: str) -> Text:
     """The store marks matches as >>>word<<<; show them bold instead."""
+    from rich.text import Text
+
     text = Text()
     for index, piece in enumerate(snippet.replace("<<<", ">>>").split(">>>")):
         text.append(piece, style="bold reverse" if index % 2 else "")
     return text
-
-
-def export_session(args: argparse.Namespace) -> int:
-    from hermes.session_lookup import find_session
-
-    with open_db(args) as db:
-        session = find_session(db, args.id)
-        messages = db.get_messages_as_conversation(session["id"])
-    lines = (transcripts.jsonl(messages) if args.format == "jsonl"
-             else transcripts.markdown(session, messages))
-    if args.output is None or str(args.output) == "-":
-        # A bar on the terminal the transcript is printed to would be in its way.
-        _write(sys.stdout, lines, len(messages), show_progress=not sys.stdout.isatty())
-        return 0
-    with private_file(args.output) as out:
-        _write(out, lines, len(messages), show_progress=True)
-    stderr_console().print(f"wrote {plural(len(messages), 'message')} to {args.output}")
-    return 0
-
-
-def _write(out: IO[str], lines: Iterator[str], total: int, *, show_progress: bool) -> None:
-    if not show_progress:
-        out.writelines(lines)
-        return
-    with progress("exporting", total=total) as bar:
-        for line in lines:
-            out.write(line)
-            bar.advance()
 
 
 def rename_session(args: argparse.Namespace) -> int:
@@ -210,9 +195,8 @@ def recover_spools(args: argparse.Namespace) -> int:
     if not report.imported and not report.failed:
         print_text("nothing to recover: no spooled messages")
         return 0
-    print_text(*(Text(f"imported {written} messages from {path}")
+    print_text(*(f"imported {written} messages from {path}"
                  for path, written in report.imported.items()),
-               *(Text(f"could not import {path}: {reason}", style="red")
-                 for path, reason in report.failed.items()),
+               *(f"could not import {path}: {reason}" for path, reason in report.failed.items()),
                f"{report.written} messages recovered, {len(report.failed)} files failed")
     return 1 if report.failed else 0

@@ -1,21 +1,55 @@
-"""A transcript as people read it: on a terminal (``hermes sessions show``), as Markdown or as
-JSONL (``hermes sessions export``). Text is printed as written, never read as markup."""
+"""A transcript as people read it: on a terminal (``hermes sessions show``), and the text
+formats of ``hermes sessions export`` (JSONL, Markdown, Quarto Markdown, user prompts).
+Text is printed as written, never read as markup.
+
+An export format is a :class:`Format`: what its document begins with, the pieces of each
+session, what it ends with. A session's pieces are one a message (one line per session for
+the session-a-line JSONL), so a progress display can count them; a format that needs
+hermes-agent's export rows (every column, for a backup that ``import_sessions`` reads back)
+says so with ``wants_rows``.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from typing import Any
-
-from rich.text import Text
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hermes.cli.output import when
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 _ROLE_STYLES = {"user": "bold green", "assistant": "bold cyan", "tool": "bold yellow",
                 "system": "bold magenta"}
 #: Session columns a transcript's heading shows, in this order.
 HEADING_KEYS = ("title", "source", "session_key", "model", "started_at", "ended_at",
                 "end_reason", "message_count")
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """One session to export: its row and its messages (OpenAI-style, or with
+    ``Format.wants_rows`` hermes-agent's export rows)."""
+
+    session: dict[str, Any]
+    messages: list[dict[str, Any]]
+
+
+class Format(Protocol):
+    #: Whether ``Transcript.messages`` must be the store's export rows (every column).
+    wants_rows: bool
+
+    def begin(self, sessions: Sequence[dict[str, Any]]) -> str:
+        """What the document starts with; ``sessions`` are the rows about to be exported."""
+
+    def session(self, transcript: Transcript, index: int) -> Iterator[str]:
+        """The pieces of the ``index``-th session (0 first): one a message, at least one."""
+
+    def end(self) -> str:
+        """What the document ends with."""
 
 
 def heading(session: dict[str, Any]) -> list[tuple[str, str]]:
@@ -25,6 +59,8 @@ def heading(session: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def message_text(message: dict[str, Any]) -> Text:
+    from rich.text import Text
+
     role = str(message.get("role"))
     if role == "session_meta":
         return Text(f"[session_meta] {json.dumps(_meta_details(message), default=str)}",
@@ -39,44 +75,6 @@ def message_text(message: dict[str, Any]) -> Text:
     return text
 
 
-def jsonl(messages: list[dict[str, Any]]) -> Iterator[str]:
-    """One OpenAI-style message a line."""
-    for message in messages:
-        yield json.dumps(message, ensure_ascii=False, default=str) + "\n"
-
-
-def markdown(session: dict[str, Any], messages: list[dict[str, Any]]) -> Iterator[str]:
-    """One piece per message (the header rides with the first) so progress counts messages."""
-    header = f"# Session {session['id']}\n\n" + "".join(
-        f"- **{key}**: {value}\n" for key, value in heading(session)
-        if key not in ("session_key", "message_count"))
-    if not messages:
-        yield header
-    for index, message in enumerate(messages):
-        yield (header if index == 0 else "") + _markdown_message(message)
-
-
-def _markdown_message(message: dict[str, Any]) -> str:
-    role = str(message.get("role"))
-    if role == "session_meta":
-        return f"\n<!-- session_meta {json.dumps(_meta_details(message), default=str)} -->\n"
-    if role == "tool":
-        body = content_text(message.get("content"))
-        return f"\n## tool `{message.get('tool_name') or ''}`\n\n```\n{body}\n```\n"
-    part = f"\n## {role}\n\n"
-    if message.get("content"):
-        part += content_text(message["content"]) + "\n"
-    for call in message.get("tool_calls") or []:
-        function = call.get("function") or {}
-        part += (f"\n**calls `{function.get('name')}`**\n\n```json\n"
-                 f"{function.get('arguments')}\n```\n")
-    return part
-
-
-def _meta_details(message: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in message.items() if k not in ("role", "content")}
-
-
 def content_text(content: Any) -> str:
     """Message content as text: strings as they are, lists of parts by their text."""
     if isinstance(content, str):
@@ -85,3 +83,186 @@ def content_text(content: Any) -> str:
         return "\n".join(str(p.get("text", "")) if isinstance(p, dict) else str(p)
                          for p in content)
     return "" if content is None else json.dumps(content, default=str)
+
+
+def iso_time(value: Any) -> str | None:
+    """A stored timestamp (epoch seconds) as UTC ISO 8601, ``...Z``; None when there is none."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    moment = datetime.fromtimestamp(value, tz=timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _json_line(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str) + "\n"
+
+
+# -- JSONL --------------------------------------------------------------------------------
+
+
+class MessageLines:
+    """JSONL of one session's conversation: one OpenAI-style message a line."""
+
+    wants_rows = False
+
+    def begin(self, sessions: Sequence[dict[str, Any]]) -> str:
+        return ""
+
+    def session(self, transcript: Transcript, index: int) -> Iterator[str]:
+        if not transcript.messages:
+            yield ""
+        for message in transcript.messages:
+            yield _json_line(message)
+
+    def end(self) -> str:
+        return ""
+
+
+class SessionLines:
+    """JSONL of sessions, one a line with its ``messages``: hermes-agent's export form, which
+    ``SessionDB.import_sessions`` (ours and hermes-agent's) reads back."""
+
+    wants_rows = True
+
+    def begin(self, sessions: Sequence[dict[str, Any]]) -> str:
+        return ""
+
+    def session(self, transcript: Transcript, index: int) -> Iterator[str]:
+        yield _json_line({**transcript.session, "messages": transcript.messages})
+
+    def end(self) -> str:
+        return ""
+
+
+def user_prompts(transcript: Transcript) -> Iterator[dict[str, Any]]:
+    """One record for each message the user wrote (``--only user-prompts``)."""
+    number = 0
+    for message in transcript.messages:
+        if message.get("role") != "user":
+            continue
+        number += 1
+        yield {"session_id": transcript.session["id"], "index": number,
+               "created_at": iso_time(message.get("timestamp")), "role": "user",
+               "text": content_text(message.get("content"))}
+
+
+class PromptLines:
+    """JSONL of the user's prompts: one record a line (``user_prompts``)."""
+
+    wants_rows = False
+
+    def begin(self, sessions: Sequence[dict[str, Any]]) -> str:
+        return ""
+
+    def session(self, transcript: Transcript, index: int) -> Iterator[str]:
+        yield "".join(_json_line(record) for record in user_prompts(transcript))
+
+    def end(self) -> str:
+        return ""
+
+
+# -- Markdown -----------------------------------------------------------------------------
+
+
+def fenced(text: str, info: str = "") -> str:
+    """``text`` in a code fence longer than any run of backticks inside it, so nothing in it
+    can close the fence early."""
+    longest = run = 0
+    for char in text:
+        run = run + 1 if char == "`" else 0
+        longest = max(longest, run)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{info}\n{text}\n{fence}"
+
+
+def _inline(text: str) -> str:
+    """``text`` on one line, as a heading or list item holds it."""
+    return " ".join(str(text).split())
+
+
+class Markdown:
+    """A readable document: each session's heading, then its messages (tool output and tool
+    calls fenced, session_meta rows as comments). Sessions follow one another, separated by
+    a rule. ``front_matter`` makes it Quarto Markdown (``.qmd``): a YAML header first."""
+
+    wants_rows = False
+
+    def __init__(self, *, front_matter: bool = False) -> None:
+        self._front_matter = front_matter
+
+    def begin(self, sessions: Sequence[dict[str, Any]]) -> str:
+        if not self._front_matter:
+            return ""
+        if len(sessions) == 1:
+            session = sessions[0]
+            title = session.get("title") or f"Session {session['id']}"
+            date = iso_time(session.get("started_at"))
+        else:
+            title, date = "hermes sessions", iso_time(datetime.now().timestamp())
+        fields = {"title": _inline(title), "date": date}
+        if len(sessions) == 1:
+            fields["session-id"] = sessions[0]["id"]
+        # JSON strings are YAML strings: any title, quotes and colons included, stays one.
+        return "---\n" + "".join(f"{key}: {json.dumps(value, ensure_ascii=False)}\n"
+                                 for key, value in fields.items() if value) + "---\n\n"
+
+    def session(self, transcript: Transcript, index: int) -> Iterator[str]:
+        session = transcript.session
+        header = ("\n---\n\n" if index else "") + f"# Session {session['id']}\n\n" + "".join(
+            f"- **{key}**: {_inline(value)}\n" for key, value in heading(session)
+            if key not in ("session_key", "message_count"))
+        if not transcript.messages:
+            yield header
+        for number, message in enumerate(transcript.messages):
+            yield (header if number == 0 else "") + _markdown_message(message)
+
+    def end(self) -> str:
+        return ""
+
+
+def _markdown_message(message: dict[str, Any]) -> str:
+    role = str(message.get("role"))
+    if role == "session_meta":
+        # "--" would end the comment early.
+        details = json.dumps(_meta_details(message), default=str).replace("--", "- -")
+        return f"\n<!-- session_meta {details} -->\n"
+    if role == "tool":
+        body = content_text(message.get("content"))
+        return f"\n## tool `{_inline(message.get('tool_name') or '')}`\n\n{fenced(body)}\n"
+    part = f"\n## {_inline(role)}\n\n"
+    if message.get("content"):
+        part += content_text(message["content"]) + "\n"
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        part += (f"\n**calls `{_inline(function.get('name') or '')}`**\n\n"
+                 f"{fenced(str(function.get('arguments')), 'json')}\n")
+    return part
+
+
+class PromptMarkdown:
+    """The user's prompts as a document: a section a session, a heading a prompt."""
+
+    wants_rows = False
+
+    def begin(self, sessions: Sequence[dict[str, Any]]) -> str:
+        return "# User prompts\n"
+
+    def session(self, transcript: Transcript, index: int) -> Iterator[str]:
+        session = transcript.session
+        part = f"\n## Session {session['id']}\n\n" + "".join(
+            f"- **{key}**: {_inline(value)}\n" for key, value in heading(session)
+            if key in ("title", "source", "started_at"))
+        prompts = list(user_prompts(transcript))
+        if not prompts:
+            part += "\n_No user prompts._\n"
+        for prompt in prompts:
+            part += f"\n### {prompt['index']}. {prompt['created_at'] or 'time unknown'}\n\n"
+            part += f"{prompt['text']}\n"
+        yield part
+
+    def end(self) -> str:
+        return ""
+
+
+def _meta_details(message: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in message.items() if k not in ("role", "content")}

@@ -9,7 +9,6 @@ coroutines beside its methods, ``name = offloaded(Group.name)``.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from datetime import datetime
@@ -152,6 +151,8 @@ class offloaded(Generic[_P, _R]):
 
         @functools.wraps(method)
         async def run_in_thread(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            import asyncio  # here: a synchronous caller (the CLI) never loads it
+
             return await asyncio.to_thread(method, *args, **kwargs)
 
         return run_in_thread

@@ -51,6 +51,16 @@ def cwd_prefix_filter(cwd_prefix: str) -> _Filter:
     return ("or", under)
 
 
+def workspace_filter(needle: str) -> _Filter:
+    """Sessions whose workspace (the git repo root, else the cwd) contains ``needle``,
+    ignoring ASCII case: a part of its path, or its repo or project folder's name."""
+    pattern = f"%{like_escape(needle.strip())}%"
+    no_root: list[_Filter] = [("is null", "git_repo_root"), ("=", "git_repo_root", "")]
+    cwd_only: list[_Filter] = [("or", no_root), ("like", "cwd", pattern)]
+    either: list[_Filter] = [("like", "git_repo_root", pattern), ("and", cwd_only)]
+    return ("or", either)
+
+
 def shape_preview(row: dict[str, Any]) -> dict[str, Any]:
     """The derived ``preview`` (up to 63 characters) cut to 60, with ``...`` when it was longer."""
     raw = (row.get("preview") or "").strip()
@@ -79,6 +89,7 @@ def session_filter(
     source: str | None = None,
     exclude_sources: Sequence[str] | None = None,
     cwd_prefix: str | None = None,
+    workspace: str | None = None,
     min_message_count: int = 0,
     include_archived: bool = False,
     archived_only: bool = False,
@@ -94,6 +105,8 @@ def session_filter(
         clauses.append(("not", ("in", "source", list(exclude_sources))))
     if cwd_prefix:
         clauses.append(cwd_prefix_filter(cwd_prefix))
+    if workspace and workspace.strip():
+        clauses.append(workspace_filter(workspace))
     if min_message_count > 0:
         clauses.append((">=", "message_count", min_message_count))
     if archived_only:
@@ -125,6 +138,7 @@ class Listing(StoreFace):
         id_query: str | None = None,
         search_query: str | None = None,
         compact_rows: bool = False,
+        workspace: str | None = None,
     ) -> list[dict[str, Any]]:
         """A page of sessions with ``preview`` (the first user message, 60 characters) and
         ``last_active`` (the latest message, else the start).
@@ -137,13 +151,16 @@ class Listing(StoreFace):
         latest activity along each compression chain; only that order honours ``id_query``
         (a case-insensitive substring of any id in the chain) and ``search_query`` (of any
         title or id in the chain, also with ``-``, ``_``, ``.`` and spaces removed from the
-        title). ``compact_rows=True`` leaves out ``system_prompt``.
+        title). ``compact_rows=True`` leaves out ``system_prompt``. ``workspace`` keeps the
+        sessions whose git repo root (else cwd) contains it, ignoring ASCII case (``hermes
+        sessions list --workspace``; hermes-agent's method has no such argument).
         """
         check_page(limit, offset)
         admitted = session_filter(
             source=source,
             exclude_sources=exclude_sources,
             cwd_prefix=cwd_prefix,
+            workspace=workspace,
             min_message_count=min_message_count,
             include_archived=include_archived,
             archived_only=archived_only,
@@ -182,11 +199,14 @@ class Listing(StoreFace):
             }
             rows = [found[i] for i in ids if i in found]
         else:
+            # By start alone, as hermes-agent orders: the start-time index gives the page in
+            # order (equal starts in the order they were written), where a second key would
+            # sort every row of the page again.
             rows = self._store.query(
                 "sessions",
                 columns=columns,
                 where=admitted,
-                order_by=["-started_at", "-id"],
+                order_by=["-started_at"],
                 limit=limit,
                 offset=offset,
             )

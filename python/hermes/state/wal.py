@@ -9,9 +9,12 @@ connection the caller passes in.
 from __future__ import annotations
 
 import logging
-import sqlite3
 import sys
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # a caller passes its own connection; importing SessionDB loads none
+    import sqlite3
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +37,8 @@ def apply_wal_with_fallback(conn: sqlite3.Connection, *, db_label: str = "state.
     Any other error is raised. On macOS, the full-fsync barriers SQLite's durability needs
     there are set as well.
     """
+    import sqlite3
+
     try:
         if _journal_mode(conn) == "wal":
             _macos_durability(conn)
@@ -71,6 +76,8 @@ def _macos_durability(conn: sqlite3.Connection) -> None:
     need ``synchronous=FULL`` and an F_FULLFSYNC barrier at each checkpoint."""
     if sys.platform != "darwin":
         return
+    import sqlite3
+
     for pragma in ("PRAGMA checkpoint_fullfsync=1", "PRAGMA synchronous=FULL"):
         try:
             conn.execute(pragma)

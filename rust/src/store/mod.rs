@@ -11,6 +11,7 @@ pub mod batch;
 pub mod columns;
 mod group_commit;
 mod helper_threads;
+pub mod indexer;
 mod location;
 mod own_appends;
 #[cfg(feature = "postgres")]

@@ -206,18 +206,24 @@ impl Terms {
         }
     }
 
-    /// The terms as groups of OR: each group's terms must all match, but
-    /// those flagged true must not (FTS5's precedence: NOT, then AND, then OR).
-    pub fn disjunction(&self) -> Vec<Vec<(bool, &str)>> {
-        let mut groups: Vec<Vec<(bool, &str)>> = Vec::new();
-        for (op, term) in &self.0 {
-            match (op, groups.last_mut()) {
-                (Some(Op::Or), _) | (_, None) => groups.push(vec![(false, &term.text)]),
-                (Some(Op::Not), Some(group)) => group.push((true, &term.text)),
-                (_, Some(group)) => group.push((false, &term.text)),
-            }
-        }
-        groups
+    /// The terms grouped as FTS5 groups them, leaving out those `can_match`
+    /// says can match nothing (as FTS5 treats a phrase its tokenizer finds
+    /// no tokens in); None when nothing can match at all.
+    ///
+    /// Terms side by side bind tightest (all must match, and one that can
+    /// match nothing is left out), then `NOT` (the left side without the
+    /// right, from left to right), then `AND`, then `OR`. So `a NOT b c` is
+    /// `a` without `b c`, `a OR b c` is `a` or `b c`. A term that can match
+    /// nothing makes an `AND` match nothing, drops out of an `OR`, and
+    /// excludes nothing after a `NOT`.
+    pub fn expr(&self, can_match: impl Fn(usize) -> bool) -> Option<Expr> {
+        let items: Vec<(usize, Option<Op>)> = self
+            .0
+            .iter()
+            .enumerate()
+            .map(|(i, (op, _))| (i, *op))
+            .collect();
+        any_of(&items, &can_match)
     }
 
     /// A `LIKE` pattern (escape `\`) finding `text` anywhere.
@@ -240,6 +246,79 @@ pub fn is_cjk(c: char) -> bool {
         | 0x3040..=0x309F    // hiragana
         | 0x30A0..=0x30FF    // katakana
         | 0xAC00..=0xD7AF) // hangul syllables
+}
+
+/// Terms combined: [`Terms::expr`]. A term is named by its place in [`Terms`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expr {
+    Term(usize),
+    /// Every one matches.
+    All(Vec<Expr>),
+    /// At least one matches.
+    Any(Vec<Expr>),
+    /// The first matches and the second does not.
+    Without(Box<Expr>, Box<Expr>),
+}
+
+type Items<'a> = &'a [(usize, Option<Op>)];
+
+/// `items` split before each `op` (the first item's operator is the one
+/// before the run, not a separator).
+fn split(items: Items<'_>, op: Op) -> impl Iterator<Item = Items<'_>> {
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let end = rest[1..]
+            .iter()
+            .position(|(_, o)| *o == Some(op))
+            .map_or(rest.len(), |p| p + 1);
+        let (run, tail) = rest.split_at(end);
+        rest = tail;
+        Some(run)
+    })
+}
+
+fn one_or(mut all: Vec<Expr>, many: fn(Vec<Expr>) -> Expr) -> Expr {
+    if all.len() == 1 {
+        all.remove(0)
+    } else {
+        many(all)
+    }
+}
+
+fn any_of(items: Items<'_>, can_match: &dyn Fn(usize) -> bool) -> Option<Expr> {
+    let alternatives: Vec<Expr> = split(items, Op::Or)
+        .filter_map(|run| all_of(run, can_match))
+        .collect();
+    (!alternatives.is_empty()).then(|| one_or(alternatives, Expr::Any))
+}
+
+fn all_of(items: Items<'_>, can_match: &dyn Fn(usize) -> bool) -> Option<Expr> {
+    let parts: Option<Vec<Expr>> = split(items, Op::And)
+        .map(|run| without(run, can_match))
+        .collect();
+    parts.map(|parts| one_or(parts, Expr::All))
+}
+
+fn without(items: Items<'_>, can_match: &dyn Fn(usize) -> bool) -> Option<Expr> {
+    let mut runs = split(items, Op::Not).map(|run| side_by_side(run, can_match));
+    let first = runs.next()??;
+    Some(runs.fold(first, |kept, excluded| match excluded {
+        Some(excluded) => Expr::Without(Box::new(kept), Box::new(excluded)),
+        None => kept,
+    }))
+}
+
+fn side_by_side(items: Items<'_>, can_match: &dyn Fn(usize) -> bool) -> Option<Expr> {
+    let terms: Vec<Expr> = items
+        .iter()
+        .map(|(i, _)| *i)
+        .filter(|&i| can_match(i))
+        .map(Expr::Term)
+        .collect();
+    (!terms.is_empty()).then(|| one_or(terms, Expr::All))
 }
 
 /// Collects terms, keeping an operator only between two terms (the first of
@@ -353,15 +432,45 @@ mod tests {
     }
 
     #[test]
-    fn the_disjunction_follows_fts5_precedence() {
-        let terms = Terms::parse("a b OR c NOT d");
+    fn terms_combine_with_fts5s_precedence() {
+        use Expr::*;
+        let expr = |q: &str| Terms::parse(q).expr(|_| true);
+        let t = |i| Box::new(Term(i));
+        assert_eq!(expr("a"), Some(Term(0)));
         assert_eq!(
-            terms.disjunction(),
-            vec![
-                vec![(false, "a"), (false, "b")],
-                vec![(false, "c"), (true, "d")]
-            ]
+            expr("a b OR c NOT d"),
+            Some(Any(vec![All(vec![Term(0), Term(1)]), Without(t(2), t(3))]))
         );
+        // Side by side binds tighter than NOT, NOT tighter than AND.
+        assert_eq!(
+            expr("a NOT b c"),
+            Some(Without(t(0), Box::new(All(vec![Term(1), Term(2)]))))
+        );
+        assert_eq!(
+            expr("a NOT b AND c"),
+            Some(All(vec![Without(t(0), t(1)), Term(2)]))
+        );
+        assert_eq!(
+            expr("a NOT b NOT c"),
+            Some(Without(Box::new(Without(t(0), t(1))), t(2)))
+        );
+        assert_eq!(expr(""), None);
+    }
+
+    #[test]
+    fn a_term_that_can_match_nothing_drops_out_as_in_fts5() {
+        use Expr::*;
+        // Term 1 (`b`) can match nothing.
+        let expr = |q: &str| Terms::parse(q).expr(|i| i != 1);
+        assert_eq!(expr("a b"), Some(Term(0)));
+        assert_eq!(expr("a AND b"), None);
+        assert_eq!(expr("a OR b"), Some(Term(0)));
+        assert_eq!(expr("a NOT b"), Some(Term(0)));
+        assert_eq!(
+            expr("x b NOT a"),
+            Some(Without(Box::new(Term(0)), Box::new(Term(2))))
+        );
+        assert_eq!(Terms::parse("b NOT a").expr(|i| i != 0), None);
     }
 
     #[test]

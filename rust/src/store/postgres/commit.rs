@@ -24,6 +24,7 @@ use tokio_postgres::{Client, SimpleQueryMessage};
 use super::changes::TAKE;
 use super::connection::Link;
 use super::error::classify;
+use super::search_index;
 use super::value::escape_text;
 use super::PgBackend;
 use crate::error::{Error, Result, StorageKind};
@@ -64,6 +65,10 @@ impl PgBackend {
         });
         drop(writer);
         self.own_appends.record(jobs, &results);
+        let mut done = jobs.iter().zip(&results);
+        if done.any(|(job, out)| out.is_ok() && search_index::leaves_pending(job)) {
+            self.indexer.wake();
+        }
         results
     }
 }

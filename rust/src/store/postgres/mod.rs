@@ -8,8 +8,9 @@
 //! `schema` (the DDL and its migrations under an advisory lock), `value`
 //! (values in and out, the NUL escape), `sql` (typed operations as SQL),
 //! `commit` (a batch in one transaction), `write` and `read` (the SQL of
-//! each operation), `changes` (the per-database commit counter), `error`
-//! (server failures classified).
+//! each operation), `search` and `search_index` (the side table of words
+//! and trigrams, filled by a background indexer), `changes` (the
+//! per-database commit counter), `error` (server failures classified).
 
 mod changes;
 mod commit;
@@ -17,19 +18,22 @@ mod connection;
 mod error;
 mod read;
 mod schema;
+mod search;
+mod search_index;
 mod sql;
 mod value;
 mod write;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use self::error::classify;
 use super::batch::Patience;
 use super::columns::Columns;
+use super::indexer::{Indexer, INDEXER_PATIENCE, INDEXER_QUIET};
 use super::{
-    lock, Backend, Filter, GroupCommit, Location, OwnAppends, Page, Query, Relation, Search,
-    WriteOp, WriteOut,
+    lock, Backend, Filter, GroupCommit, IndexUpkeep, Location, OwnAppends, Page, Query, Relation,
+    Search, WriteOp, WriteOut,
 };
 use crate::error::{Error, Result};
 use crate::model::Table;
@@ -40,12 +44,15 @@ use value::Types;
 pub use value::{escape_text, unescape_text};
 
 pub struct PgBackend {
-    server: Server,
+    server: Arc<Server>,
     at: Location,
     options: super::Options,
     writer: Mutex<Option<Link>>,
-    readers: Mutex<Vec<Link>>,
-    commits: GroupCommit<WriteOp, WriteOut>,
+    /// Idle reader connections, shared with the indexer thread.
+    readers: Arc<Mutex<Vec<Link>>>,
+    commits: Arc<GroupCommit<WriteOp, WriteOut>>,
+    /// Moves pending rows into the search index, on a connection of its own.
+    indexer: Indexer,
     columns: Columns,
     /// Each column's type, for binding values to it.
     types: Types,
@@ -59,18 +66,30 @@ impl PgBackend {
     /// else starts at the same time) and reads its columns.
     pub fn open(url: &str, options: super::Options) -> Result<Self> {
         let at = Location::server(url);
-        let server = Server::new(url, &at)?;
+        let server = Arc::new(Server::new(url, &at)?);
         let mut link = server.connect()?;
         schema::migrate(&server, &mut link)?;
         let (columns, types) = schema::columns(&server, &mut link)?;
         let changes = Changes::start(&server, &mut link)?;
+        let commits = Arc::new(GroupCommit::default());
+        let readers = Arc::new(Mutex::new(Vec::new()));
+        let indexer = Indexer::spawn(true, {
+            let (server, commits) = (Arc::clone(&server), Arc::clone(&commits));
+            let readers = Arc::clone(&readers);
+            move || {
+                commits.wait_quiet(INDEXER_QUIET, INDEXER_PATIENCE);
+                search_index::background_step(&server, &readers)
+            }
+        })
+        .map_err(|e| Error::io(&at, e))?;
         Ok(PgBackend {
             server,
             at,
             options,
             writer: Mutex::new(Some(link)),
-            readers: Mutex::new(Vec::new()),
-            commits: GroupCommit::default(),
+            readers,
+            commits,
+            indexer,
             columns,
             types,
             changes,
@@ -117,8 +136,15 @@ impl Backend for PgBackend {
 
     fn write(&self, op: WriteOp) -> Result<WriteOut> {
         self.ensure_open()?;
-        self.commits
-            .submit(op, |jobs| self.commit_batch(jobs, Patience::Budget))
+        let rebuild = matches!(op, WriteOp::SearchIndex(IndexUpkeep::Rebuild));
+        let out = self
+            .commits
+            .submit(op, |jobs| self.commit_batch(jobs, Patience::Budget))?;
+        if rebuild {
+            // The side table is empty and every message pending: fill it now.
+            self.index_pending(None)?;
+        }
+        Ok(out)
     }
 
     fn write_now(&self, op: WriteOp) -> Result<WriteOut> {
@@ -190,6 +216,8 @@ impl Backend for PgBackend {
 
     fn close(&self) {
         self.closed.store(true, Ordering::Release);
+        // Pending rows stay pending in the database, for any host's indexer or search.
+        self.indexer.stop();
         let idle: Vec<Link> = lock(&self.readers).drain(..).collect();
         let writer = lock(&self.writer).take();
         for link in idle.into_iter().chain(writer) {

@@ -11,34 +11,12 @@ use super::error::classify;
 use super::sql::Sql;
 use super::value::{escape_text, names, table};
 use super::PgBackend;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::{Table, CONVERSATION_COLUMNS, MESSAGE_COLUMNS};
 use crate::store::backoff::Backoff;
-use crate::store::search::{Op, Terms};
-use crate::store::{lock, Filter, Page, Query, Relation, Search, SearchOrder, Term};
+use crate::store::{lock, Filter, Page, Query, Relation, Term};
 
 use std::sync::Arc;
-
-const SEARCH_COLUMNS: &str = "id, session_id, role, content, tool_name, timestamp, source, model, \
-    session_started, title, snippet, before_id, after_id, before_role, before_content, \
-    after_role, after_content, hit_rank";
-
-/// Terms in `websearch_to_tsquery`'s syntax: each quoted, `or` between
-/// alternatives, `-` before an excluded one (no prefix search there).
-fn websearch(terms: &Terms) -> String {
-    let mut out = String::new();
-    for (op, term) in &terms.0 {
-        match op {
-            Some(Op::Or) => out.push_str(" or "),
-            Some(Op::Not) => out.push_str(" -"),
-            _ => out.push(' '),
-        }
-        out.push('"');
-        out.push_str(&term.text.replace('"', " "));
-        out.push('"');
-    }
-    out
-}
 
 fn messages_sql(columns: &str, include_inactive: bool) -> String {
     let active = if include_inactive {
@@ -215,94 +193,6 @@ impl PgBackend {
                 ))
                 .map(|rows| !rows.is_empty())
                 .map_err(|e| classify(&self.at, e))
-        })
-    }
-
-    /// Word search over content, tool names and tool calls, as `websearch_to_tsquery`
-    /// reads the query (words, "phrases", OR, -word); scanned, not indexed yet.
-    /// A search over the messages' text as `to_tsvector` reads it (no index of
-    /// ours; CJK text is not split into words here). The terms of
-    /// `store::search` are written in `websearch_to_tsquery`'s syntax, which
-    /// accepts any text.
-    pub(super) fn search_messages(&self, search: &Search) -> Result<Table> {
-        let terms = Terms::parse(&search.query).words();
-        if terms.is_empty() {
-            return Ok(Table::new(Vec::<String>::new().into()));
-        }
-        let words = escape_text(&websearch(&terms)).into_owned();
-        let list = |l: &Option<Vec<String>>| {
-            l.as_ref().map(|items| {
-                items
-                    .iter()
-                    .map(|i| escape_text(i).into_owned())
-                    .collect::<Vec<_>>()
-            })
-        };
-        let (sources, excluded) = (list(&search.sources), list(&search.exclude_sources));
-        let roles = list(&search.roles.clone().filter(|r| !r.is_empty()));
-        let session = search.session_id.as_deref().map(escape_text);
-        let order = match search.order {
-            SearchOrder::Rank => "rank DESC, m.id",
-            SearchOrder::Newest => "m.timestamp DESC, rank DESC",
-            SearchOrder::Oldest => "m.timestamp ASC, rank DESC",
-        };
-        let neighbour = |cmp: &str, dir: &str| {
-            format!(
-                "(SELECT n.id FROM messages n WHERE n.session_id = h.session_id
-                    AND (n.timestamp {cmp} h.timestamp OR (n.timestamp = h.timestamp AND n.id {cmp} h.id))
-                  ORDER BY n.timestamp {dir}, n.id {dir} LIMIT 1)"
-            )
-        };
-        let sql = format!(
-            "WITH q AS (SELECT websearch_to_tsquery('simple', $1) AS q),
-             hits AS (
-                SELECT m.id, m.session_id, m.role, m.content, m.tool_name, m.timestamp,
-                       s.source, s.model, s.started_at AS session_started, s.title,
-                       ts_headline('simple', COALESCE(m.content, ''), q.q,
-                           'StartSel=>>>, StopSel=<<<, MaxWords=40, MinWords=3') AS snippet,
-                       ts_rank(to_tsvector('simple', {text}), q.q) AS rank
-                FROM q, messages m JOIN sessions s ON s.id = m.session_id
-                WHERE to_tsvector('simple', {text}) @@ q.q
-                  AND ($2 OR m.active = 1 OR m.compacted = 1)
-                  AND ($3::text[] IS NULL OR s.source = ANY($3))
-                  AND ($4::text[] IS NULL OR NOT (s.source = ANY($4)))
-                  AND ($5::text[] IS NULL OR m.role = ANY($5))
-                  AND ($6::text IS NULL OR m.session_id = $6)
-                ORDER BY {order} LIMIT $7 OFFSET $8),
-             near AS (SELECT h.*, {before} AS before_id, {after} AS after_id FROM hits h)
-             SELECT h.id, h.session_id, h.role, h.content, h.tool_name, h.timestamp, h.source,
-                    h.model, h.session_started, h.title, h.snippet, h.before_id, h.after_id,
-                    b.role AS before_role, b.content AS before_content,
-                    a.role AS after_role, a.content AS after_content, h.rank AS hit_rank
-             FROM near h
-             LEFT JOIN messages b ON b.id = h.before_id
-             LEFT JOIN messages a ON a.id = h.after_id
-             ORDER BY {outer}",
-            text = "COALESCE(m.content, '') || ' ' || COALESCE(m.tool_name, '') || ' ' || COALESCE(m.tool_calls, '')",
-            before = neighbour("<", "DESC"),
-            after = neighbour(">", "ASC"),
-            outer = order.replace("m.", "h.").replace("rank", "h.rank"),
-        );
-        self.rows(
-            &sql,
-            &[
-                (&words, Type::TEXT),
-                (&search.include_inactive, Type::BOOL),
-                (&sources, Type::TEXT_ARRAY),
-                (&excluded, Type::TEXT_ARRAY),
-                (&roles, Type::TEXT_ARRAY),
-                (&session, Type::TEXT),
-                (&search.limit, Type::INT8),
-                (&search.offset, Type::INT8),
-            ],
-            names(SEARCH_COLUMNS),
-        )
-        .map_err(|e| match e {
-            Error::Storage { detail, .. } if detail.contains("tsquery") => Error::BadQuery {
-                query: search.query.chars().take(200).collect(),
-                detail,
-            },
-            e => e,
         })
     }
 }

@@ -2,17 +2,18 @@
 //! `state.db` (`store/sqlite/schema.rs`, translated here, so there is one
 //! logical schema), with PostgreSQL types: `bigint` integers,
 //! `double precision` timestamps (bit-exact), JSON columns as `text` (since
-//! `jsonb` reorders keys), an identity column for message ids. No search
-//! index yet (search scans; README, "Limits").
+//! `jsonb` reorders keys), an identity column for message ids; then our own
+//! additions, in order ([`STEPS`]: the search index of `search_index.rs`).
 //!
-//! Migrations run in order, each in one transaction under an advisory
-//! lock, so hosts starting at once migrate once: the second waits, then
-//! finds the version already there.
+//! Migrations run in one transaction under an advisory lock, so hosts
+//! starting at once migrate once: the second waits, then finds every step
+//! already recorded.
 
 use tokio_postgres::types::Type;
 
 use super::connection::{Link, Server};
 use super::error::classify;
+use super::search_index;
 use super::value::Types;
 use crate::error::{Error, Result};
 use crate::model::SCHEMA_VERSION;
@@ -33,6 +34,11 @@ BEGIN
 EXCEPTION WHEN others THEN
     RETURN NULL;
 END $$;";
+
+/// Our additions after the v22 schema, in order; each runs once per
+/// database and is recorded in `hermes_migrations` by its number (its place
+/// here, from 1). Append only.
+const STEPS: [(&str, &str); 1] = [("search index", search_index::SCHEMA)];
 
 /// The v22 DDL in PostgreSQL's types.
 pub fn ddl() -> String {
@@ -84,6 +90,34 @@ pub fn migrate(server: &Server, link: &mut Link) -> Result<()> {
                     .query_typed(
                         "INSERT INTO schema_version (version) VALUES ($1)",
                         &[(&SCHEMA_VERSION, Type::INT8)],
+                    )
+                    .await?;
+            }
+            client
+                .batch_execute(
+                    "CREATE TABLE IF NOT EXISTS hermes_migrations (
+                        step bigint PRIMARY KEY,
+                        name text NOT NULL,
+                        applied_at double precision NOT NULL)",
+                )
+                .await?;
+            let done: i64 = client
+                .query_typed("SELECT COALESCE(MAX(step), 0) FROM hermes_migrations", &[])
+                .await?[0]
+                .get(0);
+            for (step, (name, sql)) in (1..).zip(STEPS) {
+                if step <= done {
+                    continue;
+                }
+                client.batch_execute(sql).await?;
+                client
+                    .query_typed(
+                        "INSERT INTO hermes_migrations (step, name, applied_at) VALUES ($1, $2, $3)",
+                        &[
+                            (&step, Type::INT8),
+                            (&name, Type::TEXT),
+                            (&crate::model::now(), Type::FLOAT8),
+                        ],
                     )
                     .await?;
             }

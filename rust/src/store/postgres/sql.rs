@@ -260,8 +260,10 @@ impl<'v> Sql<'v> {
         match term {
             Term::Column(name) => self.column(alias, name),
             Term::Derived(Derived::Preview) => {
+                // Cut first: a line break becomes one space, so the same 63
+                // characters, without rewriting the whole message.
                 self.push(
-                    "COALESCE((SELECT SUBSTR(REPLACE(REPLACE(m.content, E'\\n', ' '), E'\\r', ' '), 1, 63) \
+                    "COALESCE((SELECT REPLACE(REPLACE(SUBSTR(m.content, 1, 63), E'\\n', ' '), E'\\r', ' ') \
                      FROM messages m WHERE m.session_id = ",
                 );
                 self.column(alias, "id");

@@ -6,6 +6,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Client;
 
 use super::error::classify;
+use super::search_index;
 use super::sql::Sql;
 use super::value::escape_text;
 use super::PgBackend;
@@ -76,8 +77,10 @@ impl PgBackend {
             WriteOp::Insert(insert) => self.insert(client, insert).await,
             WriteOp::Update(update) => self.update(client, update).await,
             WriteOp::Delete(delete) => self.delete(client, delete).await,
-            // Searches read the messages themselves: no index to keep.
-            WriteOp::SearchIndex(_) => Ok(WriteOut::Rows(0)),
+            WriteOp::SearchIndex(upkeep) => search_index::upkeep(client, *upkeep)
+                .await
+                .map(WriteOut::Rows)
+                .map_err(|e| classify(&self.at, e)),
             WriteOp::Transaction(ops) => {
                 let mut outs = Vec::with_capacity(ops.len());
                 for op in ops {

@@ -5,8 +5,9 @@
 //! One file a job: `open` (file guards, first connection, schema),
 //! `connection` (pragmas, the writer), `commit` (a batch in one transaction)
 //! and `busy` (retry), `write` and `read` (the SQL of each operation, built
-//! by `sql`), `search`, `search_index` / `upkeep` / `indexer` / `checkpoint`
-//! (deferred indexing and checkpoints), `tables` (rows copied out through
+//! by `sql`), `search`, `search_index` / `upkeep` / `checkpoint` (deferred
+//! indexing, on `store/indexer.rs`'s thread, and checkpoints), `tokenizer`
+//! (FTS5's tokenizers called directly), `tables` (rows copied out through
 //! the C API), `error` (SQLite failures classified).
 
 mod busy;
@@ -14,7 +15,6 @@ mod checkpoint;
 mod commit;
 mod connection;
 mod error;
-mod indexer;
 mod open;
 mod read;
 mod schema;
@@ -24,6 +24,7 @@ mod sql;
 mod tables;
 #[cfg(test)]
 mod test_support;
+pub mod tokenizer;
 mod upkeep;
 mod write;
 
@@ -35,6 +36,7 @@ use rusqlite::Connection;
 
 use super::batch::Patience;
 use super::columns::Columns;
+use super::indexer::Indexer;
 use super::{
     lock, Backend, Filter, GroupCommit, Location, OwnAppends, Page, Query, Relation, Search,
     WriteOp, WriteOut,
@@ -43,7 +45,6 @@ use crate::error::{Error, Result};
 use crate::model::Table;
 use connection::Writer;
 use error::At as _;
-use indexer::Indexer;
 use open::FileId;
 
 pub use schema::{ensure as ensure_schema, schema_sql};

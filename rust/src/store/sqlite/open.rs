@@ -11,12 +11,12 @@ use std::sync::{Arc, Mutex};
 use super::busy::with_busy_retry;
 use super::connection::{self, Writer};
 use super::error::At;
-use super::indexer::Indexer;
 use super::search_index::IndexPlan;
 use super::upkeep::Upkeep;
 use super::{checkpoint, schema, SqliteBackend};
 use crate::error::{Error, Result, StorageKind};
 use crate::store::columns::Columns;
+use crate::store::indexer::Indexer;
 use crate::store::{GroupCommit, Location, Options, OwnAppends};
 
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";

@@ -229,8 +229,9 @@ CREATE INDEX IF NOT EXISTS idx_messages_session_order ON messages(session_id, ac
 /// trigram index over the same text (for CJK search), kept in sync by
 /// triggers for every writer. Our own writer connection runs with triggers
 /// disabled and indexes its rows itself with the insert trigger's text,
-/// set-based, right after the commit (`search_index.rs`); it never
-/// updates or deletes message rows.
+/// set-based, right after the commit, and re-indexes the rows its updates
+/// and deletes touch, in their transaction (`search_index.rs`: only while
+/// the file's index triggers and tables are exactly these).
 ///
 /// Ours: `hermes_fts_pending` holds the id ranges of message rows committed
 /// but not indexed yet, written in the same transaction as the rows; the

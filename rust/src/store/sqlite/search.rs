@@ -13,7 +13,7 @@ use super::{tables, SqliteBackend};
 use crate::error::{Error, Result};
 use crate::model::Table;
 use crate::store::lock;
-use crate::store::search::{Route, Search, SearchOrder, Terms};
+use crate::store::search::{Expr, Route, Search, SearchOrder, Terms};
 
 /// The last id of the pending ranges (None when nothing is pending).
 pub fn pending_up_to(conn: &Connection) -> rusqlite::Result<Option<i64>> {
@@ -102,40 +102,49 @@ fn index_search(table: &str, order: SearchOrder) -> String {
 /// `?1` to `?8`.
 fn substring_search(terms: &Terms) -> (String, Vec<SqlValue>) {
     let mut params = Vec::new();
-    let groups: Vec<String> = terms
-        .disjunction()
-        .into_iter()
-        .map(|group| {
-            let all: Vec<String> = group
-                .into_iter()
-                .map(|(negated, text)| {
-                    params.push(SqlValue::Text(Terms::like_pattern(text)));
-                    let n = params.len() + 8;
-                    // Never NULL, so that NOT of it holds for a row without the text.
-                    let found = format!(
-                        "COALESCE(m.content LIKE ?{n} ESCAPE '\\' OR m.tool_name LIKE ?{n} ESCAPE '\\'
-                          OR m.tool_calls LIKE ?{n} ESCAPE '\\', 0)"
-                    );
-                    if negated {
-                        format!("NOT {found}")
-                    } else {
-                        found
-                    }
-                })
-                .collect();
-            format!("({})", all.join(" AND "))
-        })
-        .collect();
+    let found = match terms.expr(|_| true) {
+        Some(expr) => substring_condition(terms, &expr, &mut params),
+        None => "0".to_owned(),
+    };
     let inner = format!(
         "SELECT m.id, substr(m.content, max(1, instr(m.content, ?1) - 40), 120) AS snippet,
                 {HIT_COLUMNS}, 0 AS hit_rank
          FROM messages m
          JOIN sessions s ON s.id = m.session_id
-         WHERE ({}) AND {FILTERS}
-         ORDER BY m.timestamp DESC, m.id DESC LIMIT ?7 OFFSET ?8",
-        groups.join(" OR ")
+         WHERE {found} AND {FILTERS}
+         ORDER BY m.timestamp DESC, m.id DESC LIMIT ?7 OFFSET ?8"
     );
     (with_context(&inner, "h.timestamp DESC, h.id DESC"), params)
+}
+
+/// `expr` as a condition on `m` that each term's text is found in a message,
+/// its patterns appended to `params` (numbered after `?8`).
+fn substring_condition(terms: &Terms, expr: &Expr, params: &mut Vec<SqlValue>) -> String {
+    let mut all = |parts: &[Expr], joint: &str| {
+        let parts: Vec<String> = parts
+            .iter()
+            .map(|part| substring_condition(terms, part, params))
+            .collect();
+        format!("({})", parts.join(joint))
+    };
+    match expr {
+        Expr::Term(i) => {
+            params.push(SqlValue::Text(Terms::like_pattern(&terms.0[*i].1.text)));
+            let n = params.len() + 8;
+            // Never NULL, so that NOT of it holds for a row without the text.
+            format!(
+                "COALESCE(m.content LIKE ?{n} ESCAPE '\\' OR m.tool_name LIKE ?{n} ESCAPE '\\'
+                  OR m.tool_calls LIKE ?{n} ESCAPE '\\', 0)"
+            )
+        }
+        Expr::All(parts) => all(parts, " AND "),
+        Expr::Any(parts) => all(parts, " OR "),
+        Expr::Without(kept, excluded) => format!(
+            "({} AND NOT {})",
+            substring_condition(terms, kept, params),
+            substring_condition(terms, excluded, params)
+        ),
+    }
 }
 
 impl SqliteBackend {

@@ -3,8 +3,9 @@
 //! Left to the schema's per-row insert triggers, FTS5 flushes a new index
 //! segment for every row (each trigger statement opens a savepoint), which
 //! costs ~5x more than one set-based insert. So while every trigger in the
-//! file is a known index trigger, the writer runs with triggers off and the
-//! indexes are filled with the triggers' own text by set-based statements.
+//! file is a known index trigger, on a known index table, the writer runs
+//! with triggers off and the indexes are filled with the triggers' own text
+//! by set-based statements.
 //!
 //! Even set-based, indexing is most of a write's cost, so a write does not
 //! index its rows: it records their id range in `hermes_fts_pending`, in the
@@ -13,29 +14,35 @@
 //! table is shared by every process: a range left by a crashed process is
 //! indexed by the next one that opens the file.
 //!
-//! A trigger this module does not know (someone's extension) turns triggers
-//! back on, so it fires for our writes too; new rows are then indexed by the
-//! triggers. Re-checked whenever the schema changes (another program may add
-//! hermes-agent's trigram index while we run).
+//! This works because those indexes keep their own copy of each row's text:
+//! another program's update or delete trigger takes a row out by its rowid,
+//! which removes nothing for a row still pending (the indexer then skips a
+//! row that trigger put back). An index made otherwise, say with external
+//! content, whose triggers remove a row's old text with FTS5's 'delete'
+//! command, must be told exactly the text it holds: for a row we had not
+//! indexed yet (or indexed with other text) that damages it. So a trigger or
+//! index table is known only when its definition is the one our schema
+//! creates (hermes-agent 0.19.0's), not merely its name.
+//!
+//! A trigger this module does not know (someone's extension, an index of
+//! another layout) turns triggers back on, so it fires for our writes too;
+//! new rows are then indexed by the triggers. Re-checked whenever the schema
+//! changes (another program may add hermes-agent's trigram index while we
+//! run).
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use rusqlite::config::DbConfig;
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 
+use super::schema;
 use crate::store::IndexUpkeep;
 
 /// Index tables kept by an insert trigger, and the trigger's name.
 const KNOWN_INDEXES: [(&str, &str); 2] = [
     ("messages_fts", "messages_fts_insert"),
     ("messages_fts_trigram", "messages_fts_trigram_insert"),
-];
-
-const KNOWN_TRIGGERS: [&str; 6] = [
-    "messages_fts_insert",
-    "messages_fts_delete",
-    "messages_fts_update",
-    "messages_fts_trigram_insert",
-    "messages_fts_trigram_delete",
-    "messages_fts_trigram_update",
 ];
 
 /// The `messages` columns whose text the indexes hold.
@@ -66,10 +73,10 @@ pub const MAX_PENDING_ROWS: i64 = 131_072;
 #[derive(Debug, Default)]
 pub struct IndexPlan {
     schema_version: Option<i64>,
-    /// Known index tables present with their insert trigger.
+    /// Index tables of ours present with an insert trigger of ours.
     tables: Vec<&'static str>,
-    /// Every trigger is a known one: triggers are off, and our writes
-    /// index `tables` themselves.
+    /// Every trigger and index table in the file is ours: triggers are off,
+    /// and our writes index `tables` themselves.
     self_fill: bool,
     /// `hermes_fts_pending` exists (another program may have dropped it).
     can_defer: bool,
@@ -83,16 +90,19 @@ impl IndexPlan {
         if self.schema_version == Some(version) {
             return Ok(());
         }
-        let triggers: Vec<String> = conn
-            .prepare("SELECT name FROM sqlite_master WHERE type = 'trigger'")?
-            .query_map([], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
-        self.self_fill = triggers
-            .iter()
-            .all(|t| KNOWN_TRIGGERS.contains(&t.as_str()));
+        // Every trigger and index table of the file, and whether it is ours.
+        let known: HashMap<String, bool> = index_objects(conn)?
+            .into_iter()
+            .map(|(name, sql)| {
+                let ours = is_ours(&name, &sql);
+                (name, ours)
+            })
+            .collect();
+        let ours = |name: &str| known.get(name) == Some(&true);
+        self.self_fill = known.values().all(|&ours| ours);
         self.tables = KNOWN_INDEXES
             .iter()
-            .filter(|(_, trigger)| triggers.iter().any(|t| t == trigger))
+            .filter(|(table, trigger)| ours(table) && ours(trigger))
             .map(|(table, _)| *table)
             .collect();
         self.can_defer = conn
@@ -238,17 +248,93 @@ impl IndexPlan {
     }
 }
 
+/// Every trigger in the file and each index table of [`KNOWN_INDEXES`] there,
+/// with its SQL as SQLite keeps it.
+fn index_objects(conn: &Connection) -> rusqlite::Result<Vec<(String, String)>> {
+    let objects: Vec<(String, String, Option<String>)> = conn
+        .prepare_cached(
+            "SELECT type, name, sql FROM sqlite_master WHERE type IN ('trigger', 'table')",
+        )?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(objects
+        .into_iter()
+        .filter(|(kind, name, _)| {
+            kind == "trigger" || KNOWN_INDEXES.iter().any(|(table, _)| table == name)
+        })
+        .map(|(_, name, sql)| (name, sql.unwrap_or_default()))
+        .collect())
+}
+
+/// Whether the file's `name`, defined by `sql`, is the search-index table or
+/// trigger our schema creates under that name.
+fn is_ours(name: &str, sql: &str) -> bool {
+    static OURS: OnceLock<HashMap<String, String>> = OnceLock::new();
+    // Should SQLite fail to build our schema in memory, nothing is known:
+    // triggers stay on, slower but right.
+    let ours = OURS.get_or_init(|| {
+        let built = || -> rusqlite::Result<HashMap<String, String>> {
+            let conn = Connection::open_in_memory()?;
+            conn.execute_batch(&schema::schema_sql())?;
+            let objects = index_objects(&conn)?;
+            Ok(objects
+                .into_iter()
+                .map(|(name, sql)| (name, canonical(&sql)))
+                .collect())
+        };
+        built().unwrap_or_default()
+    });
+    ours.get(name).is_some_and(|own| *own == canonical(sql))
+}
+
+/// `sql` without what does not change its meaning: letter case and white
+/// space outside quotes (a space stays only between two word characters), so
+/// hermes-agent's DDL, laid out otherwise, compares equal to ours.
+fn canonical(sql: &str) -> String {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(sql.len());
+    let mut chars = sql.chars();
+    let mut after_space = false;
+    while let Some(c) = chars.next() {
+        if c.is_whitespace() {
+            after_space = true;
+            continue;
+        }
+        if after_space && word(c) && out.chars().next_back().is_some_and(word) {
+            out.push(' ');
+        }
+        after_space = false;
+        match c {
+            // Quoted text is kept as written, up to its closing quote (a
+            // doubled quote inside is copied as two quoted stretches).
+            '\'' | '"' | '`' | '[' => {
+                let close = if c == '[' { ']' } else { c };
+                out.push(c);
+                for quoted in chars.by_ref() {
+                    out.push(quoted);
+                    if quoted == close {
+                        break;
+                    }
+                }
+            }
+            _ => out.extend(c.to_lowercase()),
+        }
+    }
+    out
+}
+
 /// Runs `upkeep` on every search index in the file, inside the caller's write
 /// transaction; returns how many indexes it ran on.
 pub fn upkeep(conn: &Connection, upkeep: IndexUpkeep) -> rusqlite::Result<u64> {
     let mut done = 0;
     for (table, _) in KNOWN_INDEXES {
-        let present = conn
-            .prepare_cached("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1")?
-            .exists([table])?;
-        if !present {
+        let Some(sql) = conn
+            .prepare_cached("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1")?
+            .query_row([table], |r| r.get::<_, Option<String>>(0))
+            .optional()?
+        else {
             continue;
-        }
+        };
         match upkeep {
             IndexUpkeep::Optimize => {
                 conn.execute(
@@ -259,11 +345,17 @@ pub fn upkeep(conn: &Connection, upkeep: IndexUpkeep) -> rusqlite::Result<u64> {
             IndexUpkeep::Rebuild => {
                 // FTS5's own rebuild first: it discards the index's b-tree, so a damaged
                 // one is replaced (the row-by-row delete below would read the damage);
-                // then the rows are taken from `messages`, the canonical text.
+                // then, for an index of ours, the rows are taken from `messages`, the
+                // canonical text. An index laid out otherwise is rebuilt from its own
+                // content, which is what its own triggers put there.
                 conn.execute(
                     &format!("INSERT INTO {table}({table}) VALUES ('rebuild')"),
                     [],
                 )?;
+                if !is_ours(table, sql.as_deref().unwrap_or_default()) {
+                    done += 1;
+                    continue;
+                }
                 conn.execute(&format!("DELETE FROM {table}"), [])?;
                 conn.execute(
                     &format!("INSERT INTO {table}(rowid, content) SELECT id, {INDEXED_TEXT} FROM messages"),
@@ -289,10 +381,11 @@ pub fn upkeep(conn: &Connection, upkeep: IndexUpkeep) -> rusqlite::Result<u64> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::schema;
     use super::super::test_support::*;
     use super::*;
     use crate::model::NewMessage;
-    use crate::store::{Backend, WriteOp};
+    use crate::store::{Assign, Backend, Filter, Relation, Update, WriteOp};
 
     #[test]
     fn own_rows_are_indexed_exactly_as_the_trigger_would() {
@@ -356,6 +449,146 @@ mod tests {
         assert_eq!(count("SELECT COUNT(*) FROM messages_fts"), 4);
     }
 
+    /// A word index laid out as hermes-agent laid it out before its schema 11 (and as other
+    /// programs still do): external content, kept by triggers that take a row's old text out
+    /// with FTS5's 'delete' command, which must name exactly the text the index holds.
+    const EXTERNAL_CONTENT_INDEX: &str = "
+        DROP TRIGGER messages_fts_insert;
+        DROP TRIGGER messages_fts_delete;
+        DROP TRIGGER messages_fts_update;
+        DROP TABLE messages_fts;
+        CREATE VIRTUAL TABLE messages_fts USING fts5(content, content=messages, content_rowid=id);
+        CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+            INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+        END;
+        CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+            INSERT INTO messages_fts(messages_fts, rowid, content)
+            VALUES ('delete', old.id, old.content);
+        END;
+        CREATE TRIGGER messages_fts_update AFTER UPDATE ON messages BEGIN
+            INSERT INTO messages_fts(messages_fts, rowid, content)
+            VALUES ('delete', old.id, old.content);
+            INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+        END;";
+
+    #[test]
+    fn an_index_laid_out_otherwise_is_kept_for_our_rows_by_its_own_triggers() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = Connection::open(dir.path().join("state.db")).unwrap();
+        other.execute_batch(&schema::schema_sql()).unwrap();
+        other.execute_batch(EXTERNAL_CONTENT_INDEX).unwrap();
+        let db = open(&dir);
+        db.indexer.stop(); // anything deferred stays deferred
+        create(&db, "s");
+        append(&db, "s", 4).unwrap(); // m0..m3, ids 1..=4
+                                      // The other program rewrites two of our rows right after our commit ...
+        other
+            .execute_batch(
+                "UPDATE messages SET content = 'edited' WHERE id = 2;
+                 DELETE FROM messages WHERE id = 3;",
+            )
+            .unwrap();
+        // ... and we rewrite one.
+        db.write(WriteOp::Update(Update {
+            relation: Relation::Messages,
+            filter: Filter::eq("id", 4),
+            set: vec![("content".into(), Assign::Value("retold".into()))],
+            must_match: None,
+        }))
+        .unwrap();
+        assert_eq!(pending_rows(&db), 0, "nothing waits for our indexer");
+        for check in [
+            "INSERT INTO messages_fts(messages_fts, rank) VALUES ('integrity-check', 1)",
+            "INSERT INTO messages_fts_trigram(messages_fts_trigram, rank) VALUES ('integrity-check', 1)",
+        ] {
+            other.execute_batch(check).unwrap();
+        }
+        assert_eq!(search_ids(&db, "m0"), vec![1]);
+        assert_eq!(search_ids(&db, "edited"), vec![2]);
+        assert!(search_ids(&db, "m2").is_empty());
+        assert_eq!(search_ids(&db, "retold"), vec![4]);
+        assert!(search_ids(&db, "m3").is_empty());
+    }
+
+    #[test]
+    fn a_rebuild_of_an_index_laid_out_otherwise_keeps_to_its_own_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = Connection::open(dir.path().join("state.db")).unwrap();
+        other.execute_batch(&schema::schema_sql()).unwrap();
+        other.execute_batch(EXTERNAL_CONTENT_INDEX).unwrap();
+        let db = open(&dir);
+        create(&db, "s");
+        let mut row = NewMessage::text("assistant", "grep the tree", 1.0);
+        row.tool_name = Some("terminal".into());
+        db.write(WriteOp::Append {
+            session_id: "s".into(),
+            rows: vec![row],
+            once_key: None,
+        })
+        .unwrap();
+        let rebuilt = db
+            .write(WriteOp::SearchIndex(IndexUpkeep::Rebuild))
+            .unwrap();
+        assert_eq!(rebuilt, crate::store::WriteOut::Rows(2));
+        // Its own triggers took content only; its delete trigger then matches.
+        other
+            .execute_batch(
+                "UPDATE messages SET content = 'prune the tree' WHERE id = 1;
+                 INSERT INTO messages_fts(messages_fts, rank) VALUES ('integrity-check', 1);",
+            )
+            .unwrap();
+        assert_eq!(search_ids(&db, "prune"), vec![1]);
+        assert!(search_ids(&db, "grep").is_empty());
+    }
+
+    #[test]
+    fn our_index_triggers_are_known_however_they_are_laid_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = Connection::open(dir.path().join("state.db")).unwrap();
+        other.execute_batch(&schema::schema_sql()).unwrap();
+        // The same definition in other case and line breaks, as another
+        // program's DDL may have it.
+        other
+            .execute_batch(
+                "DROP TRIGGER messages_fts_update;
+                 create trigger messages_fts_update after update on messages
+                 begin
+                   delete from messages_fts where rowid = old.id;
+                   insert into messages_fts(rowid, content)
+                   values (
+                     new.id,
+                     coalesce(new.content, '') || ' ' ||
+                     coalesce(new.tool_name, '') || ' ' ||
+                     coalesce(new.tool_calls, '')
+                   );
+                 end;",
+            )
+            .unwrap();
+        let db = open(&dir);
+        db.indexer.stop();
+        create(&db, "s");
+        append(&db, "s", 2).unwrap();
+        assert_eq!(pending_rows(&db), 2, "our writer defers its indexing");
+        // One character of text changed is another definition.
+        other
+            .execute_batch(
+                "DROP TRIGGER messages_fts_update;
+                 CREATE TRIGGER messages_fts_update AFTER UPDATE ON messages BEGIN
+                   DELETE FROM messages_fts WHERE rowid = old.id;
+                   INSERT INTO messages_fts(rowid, content) VALUES (new.id,
+                     COALESCE(new.content, '') || '' || COALESCE(new.tool_name, ''));
+                 END;",
+            )
+            .unwrap();
+        append(&db, "s", 1).unwrap();
+        assert_eq!(
+            pending_rows(&db),
+            2,
+            "the new row is indexed by the triggers"
+        );
+        assert_eq!(indexed_rows(&db), 1);
+    }
+
     #[test]
     fn rows_an_other_writer_indexed_meanwhile_are_not_indexed_twice() {
         let dir = tempfile::tempdir().unwrap();
@@ -363,12 +596,14 @@ mod tests {
         db.indexer.stop();
         create(&db, "s");
         append(&db, "s", 3).unwrap();
-        // Triggers on: an update re-indexes row 2, and a new row 4 is
+        // Triggers on: an update re-indexes row 2, a delete of row 3 takes
+        // out what the index holds for it (nothing yet), and a new row 4 is
         // indexed, between our pending range 1..=3 and the next, 5..=6.
         let other = Connection::open(dir.path().join("state.db")).unwrap();
         other
             .execute_batch(
                 "UPDATE messages SET content = 'edited' WHERE id = 2;
+                 DELETE FROM messages WHERE id = 3;
                  INSERT INTO messages (session_id, role, content, timestamp)
                  VALUES ('s', 'user', 'theirs', 1);",
             )
@@ -376,7 +611,12 @@ mod tests {
         append(&db, "s", 2).unwrap();
         index_now(&db);
         assert_eq!(pending_rows(&db), 0);
-        assert_eq!(count(&other, "SELECT COUNT(*) FROM messages_fts"), 6);
+        assert_eq!(count(&other, "SELECT COUNT(*) FROM messages_fts"), 5);
+        other
+            .execute_batch(
+                "INSERT INTO messages_fts(messages_fts, rank) VALUES ('integrity-check', 1)",
+            )
+            .unwrap();
         assert_eq!(search_ids(&db, "edited"), vec![2]);
         assert_eq!(
             search_ids(&db, "m1").len(),

@@ -5,24 +5,15 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use rusqlite::Connection;
 
 use super::checkpoint::checkpoint;
 use super::connection::Writer;
 use super::error::note_short_read;
-use super::indexer::Step;
 use super::search_index::BACKGROUND_CHUNK_ROWS;
+use crate::store::indexer::{Step, INDEXER_PATIENCE, INDEXER_QUIET};
 use crate::store::{lock, Durability, GroupCommit, WriteOp, WriteOut};
-
-/// The indexer takes the writer once no write or transcript load has run
-/// for `INDEXER_QUIET` (a caller writing or loading again and again goes
-/// first, rather than waiting for a chunk before each write or sharing its
-/// cores with it), or after `INDEXER_PATIENCE` regardless, so a
-/// steady stream of them cannot starve it.
-pub const INDEXER_QUIET: Duration = Duration::from_millis(3);
-pub const INDEXER_PATIENCE: Duration = Duration::from_millis(50);
 
 /// The indexer thread's share of the store.
 pub struct Upkeep {
@@ -107,7 +98,7 @@ mod tests {
     use super::*;
     use crate::store::Backend;
     use rusqlite::Connection;
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     #[test]
     fn a_write_leaves_a_pending_range_that_the_indexer_fills_right_after() {

@@ -19,6 +19,14 @@ pub enum Step {
     Failed,
 }
 
+/// A backend's indexer takes its turn once no write or transcript load has
+/// run for `INDEXER_QUIET` (a caller writing or loading again and again goes
+/// first, rather than waiting for a chunk before each write or sharing its
+/// cores with it), or after `INDEXER_PATIENCE` regardless, so a steady
+/// stream of them cannot starve it.
+pub const INDEXER_QUIET: Duration = Duration::from_millis(3);
+pub const INDEXER_PATIENCE: Duration = Duration::from_millis(50);
+
 const FIRST_RETRY: Duration = Duration::from_millis(10);
 const LAST_RETRY: Duration = Duration::from_secs(2);
 
