@@ -169,11 +169,6 @@ fn on_every_backend(test: impl Fn(&dyn Fn() -> Box<dyn Backend>)) {
     on_backends(backends(), test)
 }
 
-/// A case whose operations one backend does not translate yet (named in the README's limits).
-fn on_sqlite_only(test: impl Fn(&dyn Fn() -> Box<dyn Backend>)) {
-    on_backends(vec![("sqlite", sqlite as Factory)], test)
-}
-
 fn on_backends(
     backends: Vec<(&'static str, Factory)>,
     test: impl Fn(&dyn Fn() -> Box<dyn Backend>),
