@@ -194,10 +194,8 @@ impl PgBackend {
             Durability::Full => "on",
             Durability::Normal => "off",
         };
-        let begin = format!(
-            "BEGIN; SET LOCAL synchronous_commit TO {sync}; \
-             SELECT {TAKE}, pg_current_xact_id()::text"
-        );
+        let begin =
+            format!("BEGIN; SET LOCAL synchronous_commit TO {sync}; SELECT {TAKE}, pg_current_xact_id()::text");
         let taken = client.simple_query(&begin).await.map_err(batch)?;
         let Some(row) = taken.iter().find_map(|m| match m {
             SimpleQueryMessage::Row(row) => Some(row),
