@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -70,10 +71,17 @@ def pg_ctl(action: str, *args: str) -> None:
                            f"{(done.stdout + done.stderr).strip()}")
 
 
-def connections_named(application_name: str) -> int:
-    """How many connections to the test server give ``application_name``."""
-    return int(psql("SELECT count(*) FROM pg_stat_activity "
-                    f"WHERE application_name = '{application_name}'"))
+def connections_named(application_name: str, *, settle_at_most: int | None = None) -> int:
+    """How many connections to the test server give ``application_name``. With
+    ``settle_at_most``, waits (up to 5 s) for there to be no more than that: a server process
+    whose client has gone takes a moment to leave ``pg_stat_activity``."""
+    deadline = time.monotonic() + 5
+    while True:
+        count = int(psql("SELECT count(*) FROM pg_stat_activity "
+                         f"WHERE application_name = '{application_name}'"))
+        if settle_at_most is None or count <= settle_at_most or time.monotonic() > deadline:
+            return count
+        time.sleep(0.05)
 
 
 def known_failures() -> dict[str, str]:

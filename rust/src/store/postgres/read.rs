@@ -16,7 +16,7 @@ use crate::model::{Table, CONVERSATION_COLUMNS, MESSAGE_COLUMNS};
 use crate::store::backoff::Backoff;
 use crate::store::{lock, Filter, Page, Query, Relation, Term};
 
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 
 fn messages_sql(columns: &str, include_inactive: bool) -> String {
     let active = if include_inactive {
@@ -70,17 +70,14 @@ impl PgBackend {
 
     /// Returns a reader link to the pool, or closes it.
     fn put_back(&self, link: Link) {
-        let mut idle = lock(&self.readers);
-        // Checked under the pool's lock, which `close` takes after setting
-        // `closed`: a link put back after the close is not kept.
-        if self.closed.load(Ordering::Acquire)
-            || link.client.is_closed()
-            || idle.len() >= IDLE_READERS
-        {
+        // `closed` is read under the pool's lock, which `close` takes after
+        // setting it: a link put back after the close is not kept.
+        let idle = lock(&self.readers);
+        if self.closed.load(Ordering::Acquire) {
             drop(idle);
             self.server.disconnect(link);
         } else {
-            idle.push(link);
+            keep_idle(&self.server, idle, link);
         }
     }
 
@@ -194,5 +191,16 @@ impl PgBackend {
                 .map(|rows| !rows.is_empty())
                 .map_err(|e| classify(&self.at, e))
         })
+    }
+}
+
+/// Keeps `link` among the `idle` readers, or closes it when it is lost or
+/// the pool already keeps [`IDLE_READERS`].
+pub(super) fn keep_idle(server: &Server, mut idle: MutexGuard<'_, Vec<Link>>, link: Link) {
+    if link.client.is_closed() || idle.len() >= IDLE_READERS {
+        drop(idle);
+        server.disconnect(link);
+    } else {
+        idle.push(link);
     }
 }
