@@ -260,7 +260,8 @@ def test_a_long_session_id_can_be_spooled(tmp_path: Path, session_id: str) -> No
 #: cannot carry input. A new one fails test_sql_is_built_only_from_reviewed_identifiers until
 #: it is reviewed and listed here.
 REVIEWED_SQL_FORMATS = {
-    ("commit.rs", "BEGIN; SET LOCAL synchronous_commit TO {sync}; {TAKE}"):
+    ("commit.rs", "BEGIN; SET LOCAL synchronous_commit TO {sync}; SELECT {TAKE}, "
+                  "pg_current_xact_id()::text"):
         "string literals 'on' or 'off' (the durability); the constant TAKE (PostgreSQL)",
     ("commit.rs", "SELECT 1 FROM sessions WHERE id = ANY($1) ORDER BY id FOR UPDATE{wait}"):
         "string literals '' or ' NOWAIT' (PostgreSQL; the ids are a bound parameter)",
