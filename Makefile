@@ -19,7 +19,7 @@ PEERS_PG_PYTHON := $(abspath $(PEERS_PG_DIR))/venv/bin/python
 WHERE := $(if $(PUBLISH),--publish) $(if $(OUT),--out $(abspath $(OUT)))
 
 .PHONY: peers peers-postgres hermes-python bench bench-quick bench-check bench-report bench-compare bench-scale \
-	bench-store bench-gateway bench-cli bench-postgres bench-rust interop
+	bench-store bench-gateway bench-cli bench-migrate bench-postgres bench-rust interop
 
 # The peers' own venv: hermes-agent 0.19.0, openai-agents, langgraph-checkpoint-sqlite,
 # matplotlib, pytest-benchmark.
@@ -76,8 +76,9 @@ bench-compare: peers
 bench-scale: hermes-python peers
 	$(HERMES_PYTHON) benches/scale.py --peers-python $(PEERS_PYTHON) $(WHERE)
 
-# listing, export, delete and prune of the session store, ours vs hermes-agent on the same
-# files (~5 min): target/bench/results/store_ops.json (PUBLISH=1: the one BENCHMARKS.md shows).
+# listing, export, delete, prune and filtered search (1M messages) of the session store, ours vs
+# hermes-agent on the same files (~20 min): target/bench/results/store_ops.json (PUBLISH=1: the
+# one BENCHMARKS.md shows).
 bench-store: hermes-python peers
 	$(HERMES_PYTHON) benches/store_ops.py --peers-python $(PEERS_PYTHON) $(WHERE)
 
@@ -85,6 +86,12 @@ bench-store: hermes-python peers
 # CLI (~30 min): target/bench/results/cli.json (PUBLISH=1: the one BENCHMARKS.md shows).
 bench-cli: hermes-python peers
 	$(HERMES_PYTHON) benches/cli.py --peers-python $(PEERS_PYTHON) $(WHERE)
+
+# hermes migrate on 100k messages: file -> file, file -> PostgreSQL and back, beside a bare-SQL
+# floor (~10 min, under scripts/postgres for the server): target/bench/results/migrate.json
+# (PUBLISH=1: the one BENCHMARKS.md shows).
+bench-migrate: hermes-python
+	$(HERMES_PYTHON) benches/migrate.py $(WHERE)
 
 # The gateway's per-turn overhead, ours vs hermes-agent (~1 min):
 # target/bench/results/gateway_turn.json (PUBLISH=1: the one BENCHMARKS.md shows).

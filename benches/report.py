@@ -122,9 +122,11 @@ class Report:
             "make bench-store    # listing, export, delete, prune vs hermes-agent (~5 min)",
             "make bench-gateway  # the gateway's per-turn overhead (~1 min)",
             "make bench-cli      # hermes sessions list/stats/prune/search on 100k sessions (~30 min)",
+            "scripts/postgres make bench-migrate   # hermes migrate of 100k messages, file and PostgreSQL (~10 min)",
             "make bench-rust     # cargo bench: criterion benches of the Rust core, and the floor",
             "make interop        # the file-compatibility tests against the real hermes-agent 0.19.0",
             "python benches/report.py benches/results/<file>.json   # re-render a stored run into BENCHMARKS.md",
+            "python benches/flush_ab.py --a <python> --b <python>    # our 20-message flush, two builds, A B B A",
             "```",
             "",
             "A run writes only into `target/bench/` (untracked): its results file, the same figures as "
@@ -179,7 +181,9 @@ class Report:
             "spread is shown in the fsync table. A change meant to leave speed alone is checked with "
             "`make bench-check` (a quick run compared figure by figure with a stored one, against both runs' "
             "probe spreads); the check of issue [G]'s layout change, with an interleaved A/B of its one "
-            "flagged figure, is in [benches/results/layout-check-G.md](benches/results/layout-check-G.md).",
+            "flagged figure, is in [benches/results/layout-check-G.md](benches/results/layout-check-G.md); "
+            "one change's flush checked against its base build, blocks A B B A (`benches/flush_ab.py`), is "
+            "[benches/results/fts-race-check.md](benches/results/fts-race-check.md).",
             "",
         )
 
@@ -800,8 +804,9 @@ class Report:
             "* Measured by separate runs, shown in their own sections when their results file is kept: the gateway "
             "turn overhead (`benches/gateway_turn.py`, `benches/results/gateway_turn.json`), and full-text search "
             "over 1M messages and the database growing to 100k sessions (`benches/scale.py`, "
-            "`benches/results/scale.json`), and the command line on 100k sessions "
-            "(`benches/cli.py`, `benches/results/cli.json`).",
+            "`benches/results/scale.json`), the command line on 100k sessions "
+            "(`benches/cli.py`, `benches/results/cli.json`), and `hermes migrate` on 100k messages "
+            "(`benches/migrate.py`, `benches/results/migrate.json`).",
             "",
         )
 
@@ -823,6 +828,7 @@ class Report:
         self.scale()
         self.store_ops()
         self.cli()
+        self.migrate()
         self.postgres()
         self.notes()
         return "\n".join(self.lines).rstrip() + "\n"
@@ -895,6 +901,18 @@ class Report:
         except (ValueError, KeyError, TypeError) as exc:  # a stale or partial file must not sink the report
             self.w("## The command line at scale (issue [I])", "",
                    f"`benches/results/cli.json` could not be rendered: {exc!r}.", "")
+
+    def migrate(self) -> None:
+        """``hermes migrate`` on 100k messages (issue [K]), from its own run of
+        ``benches/migrate.py`` when one was kept."""
+        import migrate  # stdlib-only at import time, like this script
+
+        if not migrate.RESULTS.exists():
+            return
+        try:
+            self.lines += [*migrate.render(json.loads(migrate.RESULTS.read_text())).splitlines(), ""]
+        except (ValueError, KeyError, TypeError) as exc:  # a stale or partial file must not sink the report
+            self.w("## Migrating a store (issue [K])", "", f"`benches/results/migrate.json` could not be rendered: {exc!r}.", "")
 
     def store_ops(self) -> None:
         """Listing, export, delete and prune against hermes-agent (issue [H]), from its own run

@@ -187,6 +187,19 @@ class Store:
     def count(self, relation: _Relation, where: _Filter | None = None) -> int: ...
     def write(self, ops: Iterable[Insert | Update | Delete | Append]) -> list[int]:
         """Runs ``ops`` in one transaction, all or none; returns the rows each wrote."""
+    def copy_to(
+        self,
+        target: Store,
+        relation: _Relation,
+        *,
+        columns: Sequence[str],
+        after: Sequence[_Scalar] | None = None,
+        where: _Filter | None = None,
+        limit: int = 1000,
+    ) -> tuple[int, int, tuple[_Scalar, ...] | None]:
+        """Copies up to ``limit`` rows of ``relation`` (``where``, keys after ``after``, in
+        key order) into ``target`` as they are here (``columns``, the key among them); rows
+        ``target`` has already are left. Returns (read, written, last key read)."""
     def create_session(
         self,
         session_id: str,

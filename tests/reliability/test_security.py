@@ -260,7 +260,8 @@ def test_a_long_session_id_can_be_spooled(tmp_path: Path, session_id: str) -> No
 #: cannot carry input. A new one fails test_sql_is_built_only_from_reviewed_identifiers until
 #: it is reviewed and listed here.
 REVIEWED_SQL_FORMATS = {
-    ("commit.rs", "BEGIN; SET LOCAL synchronous_commit TO {sync}; {TAKE}"):
+    ("commit.rs", "BEGIN; SET LOCAL synchronous_commit TO {sync}; SELECT {TAKE}, "
+                  "pg_current_xact_id()::text"):
         "string literals 'on' or 'off' (the durability); the constant TAKE (PostgreSQL)",
     ("commit.rs", "SELECT 1 FROM sessions WHERE id = ANY($1) ORDER BY id FOR UPDATE{wait}"):
         "string literals '' or ' NOWAIT' (PostgreSQL; the ids are a bound parameter)",
@@ -313,36 +314,45 @@ REVIEWED_SQL_FORMATS = {
                   "{FILTERS} ORDER BY {inner_order} LIMIT ?7 OFFSET ?8"):
         "a literal index table name; the constants HIT_COLUMNS and FILTERS; an order of "
         "string literals (the query itself is bound, ?1)",
-    ("search.rs", "SELECT m.id, substr(m.content, max(1, instr(m.content, ?1) - 40), 120) AS "
-                  "snippet, {HIT_COLUMNS}, 0 AS hit_rank FROM messages m JOIN sessions s ON s.id = "
-                  "m.session_id WHERE ({}) AND {FILTERS} ORDER BY m.timestamp DESC, m.id DESC "
-                  "LIMIT ?7 OFFSET ?8"):
-        "the constants HIT_COLUMNS and FILTERS; the term conditions below joined by AND / OR",
+    ("search.rs", "SELECT m.id, substr({INDEXED_TEXT}, max(1, instr({INDEXED_TEXT}, ?1) - 40), "
+                  "120) AS snippet, {HIT_COLUMNS}, 0 AS hit_rank FROM messages m JOIN sessions s "
+                  "ON s.id = m.session_id WHERE {found} AND {FILTERS} ORDER BY m.timestamp DESC, "
+                  "m.id DESC LIMIT ?7 OFFSET ?8"):
+        "the constants INDEXED_TEXT, HIT_COLUMNS and FILTERS; the term conditions below joined "
+        "by AND / OR / AND NOT (or the literal 0)",
     ("search.rs", "COALESCE(m.content LIKE ?{n} ESCAPE '\\\\' OR m.tool_name LIKE ?{n} ESCAPE "
                   "'\\\\' OR m.tool_calls LIKE ?{n} ESCAPE '\\\\', 0)"):
         "a parameter number (each term's pattern is bound)",
-    ('read.rs',
-                '(SELECT n.id FROM messages n WHERE n.session_id = h.session_id AND (n.timestamp '
-                '{cmp} h.timestamp OR (n.timestamp = h.timestamp AND n.id {cmp} h.id)) ORDER BY '
-                'n.timestamp {dir}, n.id {dir} LIMIT 1)'):
-        "string literals: '<' or '>', 'ASC' or 'DESC'",
-    ('read.rs',
-                "WITH q AS (SELECT websearch_to_tsquery('simple', $1) AS q), hits AS ( SELECT m.id, "
-                'm.session_id, m.role, m.content, m.tool_name, m.timestamp, s.source, s.model, '
-                "s.started_at AS session_started, s.title, ts_headline('simple', COALESCE(m.content, "
-                "''), q.q, 'StartSel=>>>, StopSel=<<<, MaxWords=40, MinWords=3') AS snippet, "
-                "ts_rank(to_tsvector('simple', {text}), q.q) AS rank FROM q, messages m JOIN sessions"
-                " s ON s.id = m.session_id WHERE to_tsvector('simple', {text}) @@ q.q AND ($2 OR "
-                'm.active = 1 OR m.compacted = 1) AND ($3::text[] IS NULL OR s.source = ANY($3)) AND '
-                '($4::text[] IS NULL OR NOT (s.source = ANY($4))) AND ($5::text[] IS NULL OR m.role ='
-                ' ANY($5)) AND ($6::text IS NULL OR m.session_id = $6) ORDER BY {order} LIMIT $7 '
-                'OFFSET $8), near AS (SELECT h.*, {before} AS before_id, {after} AS after_id FROM '
-                'hits h) SELECT h.id, h.session_id, h.role, h.content, h.tool_name, h.timestamp, '
-                'h.source, h.model, h.session_started, h.title, h.snippet, h.before_id, h.after_id, '
-                'b.role AS before_role, b.content AS before_content, a.role AS after_role, a.content '
-                'AS after_content, h.rank AS hit_rank FROM near h LEFT JOIN messages b ON b.id = '
-                'h.before_id LEFT JOIN messages a ON a.id = h.after_id ORDER BY {outer}'):
-        "the neighbour subqueries (literals '<'/'>', 'ASC'/'DESC'); the constant text expression; an order of string literals",
+    ("search.rs", "WITH hits AS ( SELECT m.id, m.session_id, m.role, m.content, m.tool_name, "
+                  "m.tool_calls, m.timestamp, s.source, s.model, s.started_at AS session_started, "
+                  "s.title, {rank} AS hit_rank FROM hermes_search x JOIN messages m ON m.id = "
+                  "x.message_id JOIN sessions s ON s.id = m.session_id WHERE {matches} AND "
+                  "{FILTERS} ORDER BY {inner} LIMIT $7 OFFSET $8), near AS (SELECT h.*, {before} "
+                  "AS before_id, {after} AS after_id FROM hits h) SELECT h.id, h.session_id, "
+                  "h.role, h.content, h.tool_name, h.timestamp, h.source, h.model, "
+                  "h.session_started, h.title, {snippet} AS snippet, h.before_id, h.after_id, "
+                  "b.role AS before_role, b.content AS before_content, a.role AS after_role, "
+                  "a.content AS after_content, h.hit_rank::float8 AS hit_rank FROM near h LEFT "
+                  "JOIN messages b ON b.id = h.before_id LEFT JOIN messages a ON a.id = "
+                  "h.after_id ORDER BY {outer}"):
+        "PostgreSQL's search: a route's rank (a string literal), match (the literal "
+        "'x.words @@ $1::tsquery' / 'x.grams @@ $1::tsquery' and conditions 'x.folded LIKE $n' "
+        "joined by AND / OR / AND NOT) and snippet (the constant HIT_TEXT and a parameter "
+        "number); the constant FILTERS; the neighbour subqueries above; orders of string "
+        "literals. The query ($1, a tsquery literal whose lexemes are quoted) and every "
+        "term's text are bound",
+    ("search_index.rs", "BEGIN; SET LOCAL synchronous_commit TO off; SET LOCAL lock_timeout TO {}"):
+        "a number of milliseconds (an integer)",
+    ("search_index.rs", "SELECT id, first_id, last_id FROM hermes_search_pending WHERE first_id <= "
+                        "$1 ORDER BY first_id LIMIT $2 FOR UPDATE {lock_clause}"):
+        "the literal 'SKIP LOCKED' or nothing",
+    ("tokenizer.rs", "DROP TABLE IF EXISTS {table}_v; DELETE FROM {table}; CREATE VIRTUAL TABLE "
+                     "{table}_v USING fts5vocab({table}, 'instance');"):
+        "test code: a table name literal of the test ('w' or 't')",
+    ("tokenizer.rs", "INSERT INTO {table}(rowid, content) VALUES (?1, ?2)"):
+        "test code: a table name literal of the test ('w' or 't')",
+    ("tokenizer.rs", "SELECT doc, term, offset FROM {table}_v ORDER BY doc, offset"):
+        "test code: a table name literal of the test ('w' or 't')",
 }
 #: The typed operations' SQL (store/sqlite/sql.rs) is written piece by piece, not with
 #: format!: every name goes through Sql::ident (quoted, after the column check), every value

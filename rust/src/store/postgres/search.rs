@@ -4,9 +4,10 @@
 //!
 //! * words: the terms as a `tsquery` (`&`, `|`, `& !`, phrases `<->`,
 //!   prefixes `:*`) over the word vectors, ranked by `ts_rank`;
-//! * trigrams (CJK terms of three characters or more): each term's trigrams
-//!   narrow the rows through the trigram vectors' index, then the folded
-//!   text is checked for each term as a substring, shortest message first;
+//! * trigrams (CJK terms of three characters or more): the CJK terms'
+//!   trigrams narrow the rows through the trigram vectors' index, then the
+//!   folded text is checked for each term as a substring, shortest message
+//!   first;
 //! * substrings (shorter CJK terms): the folded text of every row checked,
 //!   newest first.
 //!
@@ -99,18 +100,23 @@ fn tsquery(expr: &Expr, leaf: &dyn Fn(usize) -> String) -> String {
     }
 }
 
-/// What a trigram search can ask of the index: the trigrams every hit has.
-/// The excluded side of a `NOT` narrows nothing (a row with its trigrams may
-/// still lack the text), so it is left to the check of the text.
-fn necessary(expr: &Expr, leaf: &dyn Fn(usize) -> String) -> String {
-    let join = |parts: &[Expr], joint: &str| {
-        let parts: Vec<String> = parts.iter().map(|p| necessary(p, leaf)).collect();
-        format!("({})", parts.join(joint))
-    };
+/// What a trigram search can ask of the index: trigrams every hit has
+/// (None: it cannot narrow, as for a term without CJK characters, whose
+/// trigrams are not indexed). The excluded side of a `NOT` narrows nothing
+/// (a row with its trigrams may still lack the text): the check of the text
+/// decides.
+fn necessary(expr: &Expr, leaf: &dyn Fn(usize) -> Option<String>) -> Option<String> {
+    let parts = |parts: &[Expr]| parts.iter().map(|p| necessary(p, leaf)).collect::<Vec<_>>();
     match expr {
         Expr::Term(i) => leaf(*i),
-        Expr::All(parts) => join(parts, " & "),
-        Expr::Any(parts) => join(parts, " | "),
+        Expr::All(all) => {
+            let known: Vec<String> = parts(all).into_iter().flatten().collect();
+            (!known.is_empty()).then(|| format!("({})", known.join(" & ")))
+        }
+        Expr::Any(any) => {
+            let each: Option<Vec<String>> = parts(any).into_iter().collect();
+            each.map(|each| format!("({})", each.join(" | ")))
+        }
         Expr::Without(kept, _) => necessary(kept, leaf),
     }
 }
@@ -159,11 +165,11 @@ fn words_plan(terms: &Terms) -> Option<Plan> {
     })
 }
 
-/// The text around the first term's first place in the content (as the
+/// The indexed text around the first term's first place in it (as the
 /// substring search on SQLite shows it).
 fn substring_snippet(terms: &Terms, plan: &mut Plan) -> String {
     let first = plan.param(escape_text(&terms.0[0].1.text).into_owned());
-    format!("substr(h.content, greatest(1, strpos(h.content, {first}) - 40), 120)")
+    format!("substr({HIT_TEXT}, greatest(1, strpos({HIT_TEXT}, {first}) - 40), 120)")
 }
 
 fn trigrams_plan(terms: &Terms) -> Option<Plan> {
@@ -175,18 +181,24 @@ fn trigrams_plan(terms: &Terms) -> Option<Plan> {
     let expr = terms.expr(|i| folded[i].chars().count() >= 3)?;
     let leaf = |i: usize| {
         let grams: Vec<String> = trigrams(&folded[i]).iter().map(|g| quoted(g)).collect();
-        format!("({})", grams.join(" & "))
+        (!grams.is_empty()).then(|| format!("({})", grams.join(" & ")))
     };
-    let query = format!("{} | {}", necessary(&expr, &leaf), quoted(UNCUT_MARKER));
+    let narrowed = necessary(&expr, &leaf);
     let mut plan = Plan {
-        query,
+        query: narrowed
+            .as_ref()
+            .map(|grams| format!("{grams} | {}", quoted(UNCUT_MARKER)))
+            .unwrap_or_default(),
         matches: String::new(),
         rank: "length(x.folded)",
         snippet: String::new(),
         extra: Vec::new(),
     };
     let text = substrings(&expr, terms, &mut plan);
-    plan.matches = format!("x.grams @@ $1::tsquery AND {text}");
+    plan.matches = match narrowed {
+        Some(_) => format!("x.grams @@ $1::tsquery AND {text}"),
+        None => text,
+    };
     plan.snippet = substring_snippet(terms, &mut plan);
     Some(plan)
 }

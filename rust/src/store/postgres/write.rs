@@ -102,6 +102,7 @@ impl PgBackend {
                 .await
                 .map(WriteOut::Rows)
                 .map_err(|e| classify(&self.at, e)),
+            WriteOp::Import(import) => self.import(client, import).await,
             WriteOp::Transaction(ops) => {
                 let mut outs = Vec::with_capacity(ops.len());
                 for op in ops {
@@ -228,7 +229,6 @@ impl PgBackend {
 
     /// Runs `sql`, returning its rows.
     async fn run(&self, client: &Client, sql: &Sql<'_>) -> Result<Vec<tokio_postgres::Row>> {
-        sql.check(&self.at)?;
         client
             .query_typed(&sql.text, &sql.params())
             .await
@@ -304,6 +304,19 @@ impl PgBackend {
         let mut sessions: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
         sessions.sort_unstable();
         sessions.dedup();
+        self.recount_sessions(client, &sessions).await
+    }
+
+    /// Sets the `message_count` of `sessions` (ids as stored) to their
+    /// active rows.
+    pub(super) async fn recount_sessions(
+        &self,
+        client: &Client,
+        sessions: &[String],
+    ) -> Result<()> {
+        if sessions.is_empty() {
+            return Ok(());
+        }
         client
             .query_typed(
                 "UPDATE sessions SET message_count = (SELECT COUNT(*) FROM messages

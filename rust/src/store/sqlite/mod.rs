@@ -15,6 +15,7 @@ mod checkpoint;
 mod commit;
 mod connection;
 mod error;
+mod import;
 mod open;
 mod read;
 mod schema;
