@@ -322,24 +322,27 @@ REVIEWED_SQL_FORMATS = {
     ("search.rs", "COALESCE(m.content LIKE ?{n} ESCAPE '\\\\' OR m.tool_name LIKE ?{n} ESCAPE "
                   "'\\\\' OR m.tool_calls LIKE ?{n} ESCAPE '\\\\', 0)"):
         "a parameter number (each term's pattern is bound)",
-    ("search.rs", "WITH hits AS ( SELECT m.id, m.session_id, m.role, m.content, m.tool_name, "
-                  "m.tool_calls, m.timestamp, s.source, s.model, s.started_at AS session_started, "
-                  "s.title, {rank} AS hit_rank FROM hermes_search x JOIN messages m ON m.id = "
-                  "x.message_id JOIN sessions s ON s.id = m.session_id WHERE {matches} AND "
-                  "{FILTERS} ORDER BY {inner} LIMIT $7 OFFSET $8), near AS (SELECT h.*, {before} "
-                  "AS before_id, {after} AS after_id FROM hits h) SELECT h.id, h.session_id, "
+    ("search.rs", "WITH hits AS MATERIALIZED ( SELECT m.id, m.session_id, m.role, m.content, "
+                  "m.tool_name, m.tool_calls, m.timestamp, s.source, s.model, s.started_at AS "
+                  "session_started, s.title, {rank} AS hit_rank FROM hermes_search x JOIN messages "
+                  "m ON m.id = x.message_id JOIN sessions s ON s.id = m.session_id WHERE {matches} "
+                  "AND {FILTERS} ORDER BY {inner} LIMIT $7 OFFSET $8) SELECT h.id, h.session_id, "
                   "h.role, h.content, h.tool_name, h.timestamp, h.source, h.model, "
-                  "h.session_started, h.title, {snippet} AS snippet, h.before_id, h.after_id, "
-                  "b.role AS before_role, b.content AS before_content, a.role AS after_role, "
-                  "a.content AS after_content, h.hit_rank::float8 AS hit_rank FROM near h LEFT "
-                  "JOIN messages b ON b.id = h.before_id LEFT JOIN messages a ON a.id = "
-                  "h.after_id ORDER BY {outer}"):
+                  "h.session_started, h.title, {snippet} AS snippet, b.id AS before_id, a.id AS "
+                  "after_id, b.role AS before_role, b.content AS before_content, a.role AS "
+                  "after_role, a.content AS after_content, h.hit_rank::float8 AS hit_rank FROM "
+                  "hits h {before} b ON TRUE {after} a ON TRUE ORDER BY {outer}"):
         "PostgreSQL's search: a route's rank (a string literal), match (the literal "
         "'x.words @@ $1::tsquery' / 'x.grams @@ $1::tsquery' and conditions 'x.folded LIKE $n' "
         "joined by AND / OR / AND NOT) and snippet (the constant HIT_TEXT and a parameter "
-        "number); the constant FILTERS; the neighbour subqueries above; orders of string "
+        "number); the constant FILTERS; the neighbour joins below; orders of string "
         "literals. The query ($1, a tsquery literal whose lexemes are quoted) and every "
         "term's text are bound",
+    ("search.rs", "LEFT JOIN LATERAL (SELECT n.id, n.role, n.content FROM messages n WHERE "
+                  "n.session_id = h.session_id AND (n.timestamp {cmp} h.timestamp OR (n.timestamp "
+                  "= h.timestamp AND n.id {cmp} h.id)) ORDER BY n.timestamp {dir}, n.id {dir} "
+                  "LIMIT 1)"):
+        "string literals: '<' or '>', 'ASC' or 'DESC'",
     ("search_index.rs", "BEGIN; SET LOCAL synchronous_commit TO off; SET LOCAL lock_timeout TO {}"):
         "a number of milliseconds (an integer)",
     ("search_index.rs", "SELECT id, first_id, last_id FROM hermes_search_pending WHERE first_id <= "
