@@ -68,8 +68,9 @@ bench-compare: peers
 bench-scale: hermes-python peers
 	$(HERMES_PYTHON) benches/scale.py --peers-python $(PEERS_PYTHON) $(WHERE)
 
-# listing, export, delete and prune of the session store, ours vs hermes-agent on the same
-# files (~5 min): target/bench/results/store_ops.json (PUBLISH=1: the one BENCHMARKS.md shows).
+# listing, export, delete, prune and filtered search (1M messages) of the session store, ours vs
+# hermes-agent on the same files (~20 min): target/bench/results/store_ops.json (PUBLISH=1: the
+# one BENCHMARKS.md shows).
 bench-store: hermes-python peers
 	$(HERMES_PYTHON) benches/store_ops.py --peers-python $(PEERS_PYTHON) $(WHERE)
 

@@ -139,6 +139,24 @@ def test_context_is_the_neighbours_in_the_session_clipped(db: SessionDB) -> None
     ]
 
 
+def test_a_session_filter_finds_its_rows_among_other_sessions_and_long_lists_filter_too(
+    tmp_path: Path,
+) -> None:
+    db = SessionDB(tmp_path / "state.db")
+    db.create_session("a", "cli")
+    db.create_session("b", "telegram")
+    for n in range(3):
+        db.append_message("a", "user", f"heron {n} 北京")
+        db.append_message("b", "user", f"heron {n} 北京")
+    assert {h["id"] for h in db.search_messages("heron", session_id="a")} == {1, 3, 5}
+    assert {h["id"] for h in db.search_messages("北京", session_id="b")} == {2, 4, 6}
+    many = [f"source-{n}" for n in range(100)] + ["telegram"]
+    assert {h["session_id"] for h in db.search_messages("heron", source_filter=many)} == {"b"}
+    assert {h["session_id"] for h in db.search_messages("heron", exclude_sources=many)} == {"a"}
+    found = db.search_messages("北京", source_filter=many, role_filter=["user", "tool"])
+    assert {h["session_id"] for h in found} == {"b"}
+
+
 def test_filters_sources_roles_session_and_a_page(searchable: SessionDB) -> None:
     def sessions(**filters: Any) -> list[str]:
         return sorted(h["session_id"] for h in searchable.search_messages("brown", **filters))

@@ -335,12 +335,14 @@ impl<'v> Sql<'v> {
                 // Cut first: a line break becomes one space, so the same 63
                 // characters, without rewriting the whole message.
                 self.push(
-                    "COALESCE((SELECT REPLACE(REPLACE(SUBSTR(m.content, 1, 63), E'\\n', ' '), E'\\r', ' ') \
-                     FROM messages m WHERE m.session_id = ",
+                    "COALESCE((SELECT CASE WHEN LENGTH(p) > 60 THEN SUBSTR(p, 1, 60) || '...' ELSE p END \
+                     FROM (SELECT BTRIM(REPLACE(REPLACE(SUBSTR(m.content, 1, 63), E'\\n', ' '), E'\\r', ' '), ",
                 );
+                self.push(PYTHON_WHITESPACE);
+                self.push(") AS p FROM messages m WHERE m.session_id = ");
                 self.column(alias, "id");
                 self.push(
-                    " AND m.role = 'user' AND m.content IS NOT NULL ORDER BY m.timestamp, m.id LIMIT 1), '')",
+                    " AND m.role = 'user' AND m.content IS NOT NULL ORDER BY m.timestamp, m.id LIMIT 1) x), '')",
                 );
             }
             Term::Derived(Derived::LastActive) => {
@@ -478,6 +480,10 @@ impl<'v> Sql<'v> {
         self.push("'");
     }
 }
+
+/// The characters Python's `str.strip()` takes off (`str.isspace`), as a
+/// PostgreSQL string: a preview is stripped as hermes-agent strips it.
+const PYTHON_WHITESPACE: &str = "E'\\u0009\\u000a\\u000b\\u000c\\u000d\\u001c\\u001d\\u001e\\u001f\\u0020\\u0085\\u00a0\\u1680\\u2000\\u2001\\u2002\\u2003\\u2004\\u2005\\u2006\\u2007\\u2008\\u2009\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000'";
 
 /// A SQLite glob (`*`, `?`, `[...]`, case-sensitive, whole text) as an
 /// anchored POSIX regular expression.
