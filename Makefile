@@ -82,8 +82,8 @@ bench-scale: hermes-python peers
 bench-store: hermes-python peers
 	$(HERMES_PYTHON) benches/store_ops.py --peers-python $(PEERS_PYTHON) $(WHERE)
 
-# hermes sessions list | stats | prune | search on 100k sessions, ours vs hermes-agent's own
-# CLI (~30 min): target/bench/results/cli.json (PUBLISH=1: the one BENCHMARKS.md shows).
+# hermes sessions list | stats | search | export | prune on 100k sessions, ours vs hermes-agent's own
+# CLI (~45 min): target/bench/results/cli.json (PUBLISH=1: the one BENCHMARKS.md shows).
 bench-cli: hermes-python peers
 	$(HERMES_PYTHON) benches/cli.py --peers-python $(PEERS_PYTHON) $(WHERE)
 

@@ -121,7 +121,7 @@ class Report:
             "make bench-scale    # search over 1M messages, 1 -> 100k sessions (~10 min)",
             "make bench-store    # listing, export, delete, prune vs hermes-agent (~5 min)",
             "make bench-gateway  # the gateway's per-turn overhead (~1 min)",
-            "make bench-cli      # hermes sessions list/stats/prune/search on 100k sessions (~30 min)",
+            "make bench-cli      # hermes sessions list/stats/search/export/prune on 100k sessions (~45 min)",
             "scripts/postgres make bench-migrate   # hermes migrate of 100k messages, file and PostgreSQL (~10 min)",
             "make bench-postgres # the flushes, 50 conversations, reads, 1M-message search on a PostgreSQL",
             "                    # with fsync on, vs SQLAlchemySession and PostgresSaver (~30 min; QUICK=1)",

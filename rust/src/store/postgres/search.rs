@@ -232,15 +232,18 @@ fn statement(plan: &Plan, order: SearchOrder, route: Route) -> String {
             "h.timestamp ASC, h.hit_rank, h.id",
         ),
     };
+    // Each side's neighbour is one index read of the hit's session, run for
+    // the page only: `hits` is materialized, so the page comes first.
     let neighbour = |cmp: &str, dir: &str| {
         format!(
-            "(SELECT n.id FROM messages n WHERE n.session_id = h.session_id
-                AND (n.timestamp {cmp} h.timestamp OR (n.timestamp = h.timestamp AND n.id {cmp} h.id))
-              ORDER BY n.timestamp {dir}, n.id {dir} LIMIT 1)"
+            "LEFT JOIN LATERAL (SELECT n.id, n.role, n.content FROM messages n
+                WHERE n.session_id = h.session_id
+                  AND (n.timestamp {cmp} h.timestamp OR (n.timestamp = h.timestamp AND n.id {cmp} h.id))
+                ORDER BY n.timestamp {dir}, n.id {dir} LIMIT 1)"
         )
     };
     format!(
-        "WITH hits AS (
+        "WITH hits AS MATERIALIZED (
             SELECT m.id, m.session_id, m.role, m.content, m.tool_name, m.tool_calls, m.timestamp,
                    s.source, s.model, s.started_at AS session_started, s.title,
                    {rank} AS hit_rank
@@ -248,15 +251,14 @@ fn statement(plan: &Plan, order: SearchOrder, route: Route) -> String {
             JOIN messages m ON m.id = x.message_id
             JOIN sessions s ON s.id = m.session_id
             WHERE {matches} AND {FILTERS}
-            ORDER BY {inner} LIMIT $7 OFFSET $8),
-         near AS (SELECT h.*, {before} AS before_id, {after} AS after_id FROM hits h)
+            ORDER BY {inner} LIMIT $7 OFFSET $8)
          SELECT h.id, h.session_id, h.role, h.content, h.tool_name, h.timestamp, h.source,
-                h.model, h.session_started, h.title, {snippet} AS snippet, h.before_id,
-                h.after_id, b.role AS before_role, b.content AS before_content,
+                h.model, h.session_started, h.title, {snippet} AS snippet, b.id AS before_id,
+                a.id AS after_id, b.role AS before_role, b.content AS before_content,
                 a.role AS after_role, a.content AS after_content, h.hit_rank::float8 AS hit_rank
-         FROM near h
-         LEFT JOIN messages b ON b.id = h.before_id
-         LEFT JOIN messages a ON a.id = h.after_id
+         FROM hits h
+         {before} b ON TRUE
+         {after} a ON TRUE
          ORDER BY {outer}",
         rank = plan.rank,
         matches = plan.matches,

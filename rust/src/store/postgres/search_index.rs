@@ -22,6 +22,7 @@
 //! would index no CJK text there.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -98,8 +99,11 @@ SELECT MIN(id), MAX(id) FROM messages HAVING COUNT(*) > 0;
 /// The side table's two GIN indexes, which upkeep works on.
 const INDEXES: [&str; 2] = ["hermes_search_words", "hermes_search_grams"];
 
-/// Most rows one background indexer transaction takes.
-pub const BACKGROUND_CHUNK_ROWS: i64 = 512;
+/// Most rows one background indexer transaction takes. Its transaction
+/// blocks no write (another connection; only a rewrite of a row it holds
+/// waits), and larger chunks cost the server less per row (~2x from 512 to
+/// 4,096 rows here).
+pub const BACKGROUND_CHUNK_ROWS: i64 = 2048;
 
 /// Most rows one transaction takes when a search or a rebuild catches up.
 pub const CATCH_UP_CHUNK_ROWS: i64 = 4096;
@@ -144,7 +148,21 @@ pub fn lexeme(text: &str) -> &str {
 
 /// `lexeme` quoted for a `tsvector` or `tsquery` literal.
 pub fn quoted(lexeme: &str) -> String {
-    format!("'{}'", lexeme.replace('\\', "\\\\").replace('\'', "''"))
+    let mut out = String::with_capacity(lexeme.len() + 2);
+    push_quoted(&mut out, lexeme);
+    out
+}
+
+fn push_quoted(out: &mut String, lexeme: &str) {
+    out.push('\'');
+    for c in lexeme.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("''"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
 }
 
 /// The trigrams of a folded text (its windows of three characters) that
@@ -202,14 +220,17 @@ pub fn indexed(
             }
         }
     }
-    let words = positions
-        .into_iter()
-        .map(|(word, at)| {
-            let at: Vec<String> = at.iter().map(usize::to_string).collect();
-            format!("{}:{}", quoted(word), at.join(","))
-        })
-        .collect::<Vec<_>>()
-        .join(" ");
+    let mut words = String::with_capacity(text.len() * 2);
+    for (word, at) in positions {
+        if !words.is_empty() {
+            words.push(' ');
+        }
+        push_quoted(&mut words, word);
+        for (n, position) in at.iter().enumerate() {
+            words.push(if n == 0 { ':' } else { ',' });
+            let _ = write!(words, "{position}");
+        }
+    }
     let folded = tokenizer::fold(&text);
     let mut grams = Vec::new();
     let mut bytes = 0;
