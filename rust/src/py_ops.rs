@@ -58,7 +58,7 @@ pub fn column_values(mapping: &Bound<'_, PyAny>) -> PyResult<Vec<(String, Value)
 }
 
 /// A value to compare with: a str, int, float, bool, bytes or None.
-fn scalar(v: &Bound<'_, PyAny>) -> PyResult<Value> {
+pub fn scalar(v: &Bound<'_, PyAny>) -> PyResult<Value> {
     if v.is_none() {
         Ok(Value::Null)
     } else if let Ok(s) = v.cast::<PyString>() {

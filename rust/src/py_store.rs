@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::decode::{self, RowKeys};
 use crate::encode::{self, Warnings};
@@ -188,6 +188,17 @@ impl Store {
     }
 }
 
+/// A stored value as the Python object a filter compares with.
+fn value_object<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match value {
+        Value::Null => py.None().into_bound(py),
+        Value::Integer(n) => n.into_pyobject(py)?.into_any(),
+        Value::Real(x) => x.into_pyobject(py)?.into_any(),
+        Value::Text(t) => PyString::new(py, t).into_any(),
+        Value::Blob(b) => PyBytes::new(py, b).into_any(),
+    })
+}
+
 /// Text read back from a column that holds text (another writer's bytes
 /// decoded leniently).
 fn text_cell(cell: ValueRef<'_>) -> String {
@@ -293,6 +304,59 @@ impl Store {
             WriteOut::Many(outs) => Ok(outs.iter().map(WriteOut::rows).collect()),
             other => Ok(vec![other.rows()]),
         }
+    }
+
+    /// Copies up to `limit` rows of `relation` (those `where` matches, with a
+    /// key after `after`, in key order) into `target` as this store holds
+    /// them: the `columns` named, which must include the key. A row whose
+    /// key `target` has already is left as it is there. Returns the rows
+    /// read, the rows written, and the last key read (the next page's
+    /// `after`; None when nothing was left to read).
+    #[pyo3(signature = (target, relation, *, columns, after = None, r#where = None, limit = 1000))]
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn copy_to<'py>(
+        &self,
+        py: Python<'py>,
+        target: &Bound<'py, Store>,
+        relation: &str,
+        columns: Vec<String>,
+        after: Option<Vec<Bound<'py, PyAny>>>,
+        r#where: Option<&Bound<'py, PyAny>>,
+        limit: i64,
+    ) -> PyResult<(usize, u64, Option<Bound<'py, PyTuple>>)> {
+        let relation = py_ops::relation(relation)?;
+        let filter = py_ops::filter(relation, r#where)?;
+        let after = after
+            .map(|key| key.iter().map(py_ops::scalar).collect::<PyResult<Vec<_>>>())
+            .transpose()?;
+        if limit <= 0 {
+            return Err(PyValueError::new_err(format!(
+                "limit={limit}: a copy reads at least one row a page"
+            )));
+        }
+        let (source, target) = (&*self.backend, &*target.get().backend);
+        let copied = py.detach(|| {
+            store::copy::copy_page(
+                source,
+                target,
+                relation,
+                &columns,
+                &filter,
+                after.as_deref(),
+                limit,
+            )
+        })?;
+        let last_key = copied
+            .last_key
+            .map(|key| {
+                let cells = key
+                    .iter()
+                    .map(|v| value_object(py, v))
+                    .collect::<PyResult<Vec<_>>>()?;
+                PyTuple::new(py, cells)
+            })
+            .transpose()?;
+        Ok((copied.read, copied.written, last_key))
     }
 
     /// Inserts a session row; when it exists, fills only its NULL columns.

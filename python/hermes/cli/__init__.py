@@ -16,10 +16,11 @@
     hermes sessions prune|archive [FILTERS] [--dry-run] [--yes] [--json]
     hermes sessions stats|optimize [--json]
     hermes sessions repair [--check-only] [--no-backup] [--json]
+    hermes migrate SOURCE TARGET [--page-rows N] [--json]
     hermes doctor
     hermes --version
 
-One module a command group (``gateway``, ``chat``, ``sessions``), each adding its parsers
+One module a command group (``gateway``, ``chat``, ``sessions``, ``migrate``), each adding its parsers
 with ``add_commands``; ``output`` prints (tables, JSON, progress), ``failures`` turns every
 exception into one line and an exit status, in one place: ``main``. Settings come from
 ``$HERMES_HOME/config.yaml``, then the environment, then these flags (``hermes.config``
@@ -36,7 +37,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from hermes.cli import chat, coexistence, doctor, failures, gateway, sessions
+from hermes.cli import chat, coexistence, doctor, failures, gateway, migrate, sessions
 from hermes.cli.arguments import Parser
 
 __all__ = ["build_parser", "main"]
@@ -80,5 +81,6 @@ def build_parser() -> argparse.ArgumentParser:
     gateway.add_commands(commands)
     chat.add_commands(commands)
     sessions.add_commands(commands)
+    migrate.add_commands(commands)
     doctor.add_commands(commands)
     return parser

@@ -13,6 +13,7 @@ from hermes.state.gateway_sessions import AsyncGatewaySessions, GatewaySessions
 from hermes.state.handoffs import AsyncHandoffs, Handoffs
 from hermes.state.listing import AsyncListing, Listing
 from hermes.state.messages import AsyncMessages, Messages
+from hermes.state.migration import AsyncMigration, Migration
 from hermes.state.responses import AsyncResponses, Responses
 from hermes.state.routing import AsyncRouting, Routing
 from hermes.state.search import AsyncSearch, Search
@@ -36,6 +37,7 @@ class SessionDB(
     TopicBindings,
     Handoffs,
     Responses,
+    Migration,
 ):
     """An open ``state.db``.
 
@@ -62,6 +64,7 @@ class AsyncSessionDB(
     AsyncTopicBindings,
     AsyncHandoffs,
     AsyncResponses,
+    AsyncMigration,
 ):
     """Every public :class:`SessionDB` method as a coroutine run in a worker thread, so the
     event loop never waits on SQLite. ``sync`` is the wrapped DB, for the calls that are

@@ -15,6 +15,8 @@ pub enum Use {
     Insert,
     /// Set by an update: neither the key nor maintained columns.
     Set,
+    /// Given by an import, which copies a row whole: any column.
+    Import,
 }
 
 #[derive(Debug, Clone)]
@@ -47,7 +49,7 @@ impl Columns {
     /// `name`, if `relation` has that column and it may be used so.
     pub fn check<'n>(&self, relation: Relation, name: &'n str, use_: Use) -> Result<&'n str> {
         let key = relation.key().contains(&name);
-        if use_ != Use::Read && relation.maintained().contains(&name) {
+        if matches!(use_, Use::Insert | Use::Set) && relation.maintained().contains(&name) {
             return Err(Error::Config(format!(
                 "{}: {relation}.{name} is managed by hermes (the counters move with the rows \
                  written, a message belongs to the session it was appended to) and cannot be \

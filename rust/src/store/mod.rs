@@ -9,6 +9,7 @@
 mod backoff;
 pub mod batch;
 pub mod columns;
+pub mod copy;
 mod group_commit;
 mod helper_threads;
 pub mod indexer;
@@ -31,7 +32,7 @@ pub use query::{Cmp, Derived, Filter, Order, Query, Term};
 pub use relation::Relation;
 pub use search::{Search, SearchOrder};
 pub use write::{
-    Assign, Delete, IndexUpkeep, Insert, NoMatch, OnConflict, Update, WriteOp, WriteOut,
+    Assign, Delete, Import, IndexUpkeep, Insert, NoMatch, OnConflict, Update, WriteOp, WriteOut,
 };
 
 use std::ffi::OsStr;

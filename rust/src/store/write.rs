@@ -8,9 +8,13 @@
 //! session's counters in the same transaction, and an update or delete of
 //! messages recounts the `message_count` of every session it touched (so it
 //! stays the number of active rows) and keeps the search index in step.
+//! `Import` is the one way rows enter as another store holds them
+//! (`hermes migrate`): every column given, and the same two rules kept.
 
+use super::columns::{Columns, Use};
 use super::query::Filter;
 use super::Relation;
+use crate::error::{Error, Result};
 use crate::model::{NewMessage, Value};
 
 /// One write, executed inside a transaction that may carry other callers'
@@ -33,6 +37,8 @@ pub enum WriteOp {
     /// Upkeep of every search index the store has; returns how many
     /// (`WriteOut::Rows`).
     SearchIndex(IndexUpkeep),
+    /// Rows copied from another store as that store holds them.
+    Import(Import),
 }
 
 /// What is done to the search indexes.
@@ -101,6 +107,151 @@ pub struct Delete {
     pub filter: Filter,
 }
 
+/// Rows of one relation copied from another store as they are there: every
+/// column named, the key and the columns the store maintains included.
+///
+/// A row whose key the store has already is left as it is, so importing the
+/// same rows again writes nothing. What every backend keeps besides:
+/// * messages keep their ids; each must belong to a session the store has,
+///   and a message id the store has already must be the same message (the
+///   same session), or the whole write fails, naming both;
+/// * a session's `message_count` is recounted from its active rows after
+///   the rows of either relation arrive (`tool_call_count` is taken as it
+///   is, a running total no row holds);
+/// * a session's `parent_session_id` is written once the parent is in the
+///   store (NULL until then): an import of the same sessions after their
+///   parents arrived links them;
+/// * imported messages are searchable, as appended ones are.
+///
+/// Returns the imported message ids (`WriteOut::Ids`) or how many rows of
+/// another relation were imported (`WriteOut::Rows`).
+#[derive(Debug, Clone)]
+pub struct Import {
+    pub relation: Relation,
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<Value>>,
+}
+
+impl Import {
+    /// Every column named once and present in the store, the key among
+    /// them (and a message's session), each row as wide as the columns.
+    pub fn check(&self, columns: &Columns) -> Result<()> {
+        let names = self.columns.iter().map(String::as_str);
+        columns.check_all(self.relation, names, Use::Import)?;
+        let needed = self
+            .relation
+            .key()
+            .iter()
+            .copied()
+            .chain((self.relation == Relation::Messages).then_some("session_id"));
+        for column in needed {
+            if self.position(column).is_none() {
+                return Err(Error::Config(format!(
+                    "an import into {} names the column {column:?}: it identifies the row",
+                    self.relation
+                )));
+            }
+        }
+        if let Some(row) = self.rows.iter().find(|r| r.len() != self.columns.len()) {
+            return Err(Error::Config(format!(
+                "an import into {} has a row of {} values for {} columns",
+                self.relation,
+                row.len(),
+                self.columns.len()
+            )));
+        }
+        if self.relation == Relation::Messages {
+            let at = self.position("id").expect("checked above");
+            if let Some(row) = self
+                .rows
+                .iter()
+                .find(|r| !matches!(r[at], Value::Integer(_)))
+            {
+                return Err(Error::Config(format!(
+                    "an imported message id is a whole number, not {:?}",
+                    row[at]
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Each imported message's id (after [`Import::check`]).
+    pub fn message_ids(&self) -> Vec<i64> {
+        let Some(at) = self.position("id") else {
+            return Vec::new();
+        };
+        self.rows
+            .iter()
+            .map(|row| match row[at] {
+                Value::Integer(id) => id,
+                _ => unreachable!("checked: message ids are integers"),
+            })
+            .collect()
+    }
+
+    /// Where `column` is in each row.
+    pub fn position(&self, column: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c == column)
+    }
+
+    /// The text of `column` in each row (None where it is not text).
+    pub fn texts<'a>(&'a self, column: &str) -> Vec<Option<&'a str>> {
+        let Some(at) = self.position(column) else {
+            return Vec::new();
+        };
+        self.rows
+            .iter()
+            .map(|row| match &row[at] {
+                Value::Text(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The sessions imported messages belong to, each once, in order.
+    pub fn message_sessions(&self) -> Vec<&str> {
+        if self.relation != Relation::Messages {
+            return Vec::new();
+        }
+        let mut sessions: Vec<&str> = self.texts("session_id").into_iter().flatten().collect();
+        sessions.sort_unstable();
+        sessions.dedup();
+        sessions
+    }
+
+    /// The error of a message id the store has for another session.
+    pub fn collision(&self, at: &super::Location, id: i64, ours: &str, theirs: &str) -> Error {
+        Error::Storage {
+            kind: crate::error::StorageKind::Other,
+            at: at.clone(),
+            detail: format!(
+                "message {id} is there already as a message of session {theirs:?}, and the \
+                 rows being imported have it as a message of session {ours:?}: the two stores' \
+                 message ids overlap; none of these rows was written. Copy them into a store \
+                 that has none of these ids (a new one)"
+            ),
+        }
+    }
+
+    /// The error of messages whose session the store does not have.
+    pub fn orphans(&self, at: &super::Location, missing: &[String]) -> Error {
+        Error::Storage {
+            kind: crate::error::StorageKind::Other,
+            at: at.clone(),
+            detail: format!(
+                "messages of session(s) {} cannot be imported: no such session here; none of \
+                 these rows was written. Import the sessions first",
+                missing
+                    .iter()
+                    .map(|s| format!("{s:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+}
+
 /// What a write returns.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WriteOut {
@@ -124,15 +275,21 @@ impl WriteOut {
         }
     }
 
-    /// The first and last id of the messages this write appended.
-    pub fn appended_range(&self) -> Option<(i64, i64)> {
+    /// The ids of the messages this write added, as runs of consecutive
+    /// ids (`first..=last`), in order: one run for an append, as many as
+    /// the gaps in an import's ids.
+    pub fn new_message_runs(&self, runs: &mut Vec<(i64, i64)>) {
         match self {
-            WriteOut::Ids(ids) => Some((*ids.first()?, *ids.last()?)),
-            WriteOut::Many(all) => all
-                .iter()
-                .filter_map(WriteOut::appended_range)
-                .reduce(|(first, _), (_, last)| (first, last)),
-            WriteOut::Done | WriteOut::Rows(_) => None,
+            WriteOut::Ids(ids) => {
+                for &id in ids {
+                    match runs.last_mut() {
+                        Some((_, last)) if *last + 1 == id => *last = id,
+                        _ => runs.push((id, id)),
+                    }
+                }
+            }
+            WriteOut::Many(all) => all.iter().for_each(|out| out.new_message_runs(runs)),
+            WriteOut::Done | WriteOut::Rows(_) => {}
         }
     }
 }

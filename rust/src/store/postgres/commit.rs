@@ -5,7 +5,9 @@
 //! pooled server connection is left as it was) and takes the commit
 //! counter's next value; then the sessions the batch appends to are locked
 //! in id order, so two hosts committing batches over the same
-//! conversations wait for each other instead of deadlocking.
+//! conversations wait for each other instead of deadlocking. A batch of
+//! appends only (the flushes of many conversations) is one statement
+//! (`write.rs`), so K conversations cost one round trip, not K.
 //!
 //! A `COMMIT` whose answer never comes (the server went away meanwhile) may
 //! or may not have committed: retrying it blindly could write a turn twice.
@@ -26,6 +28,7 @@ use super::connection::Link;
 use super::error::classify;
 use super::search_index;
 use super::value::escape_text;
+use super::write::Appended;
 use super::PgBackend;
 use crate::error::{Error, Result, StorageKind};
 use crate::store::backoff::Backoff;
@@ -99,9 +102,10 @@ impl Transact for Attempt<'_> {
             return Err(Failure::Batch(backend.closed_error()));
         };
         let client = &link.client;
-        let out = backend
-            .server
-            .block_on(backend.try_commit(client, jobs, active, self.patience));
+        let out =
+            backend
+                .server
+                .block_on(backend.try_commit(client, jobs, active, self.patience, true));
         match out {
             Ok(Committed::Yes(outs)) => Ok(outs),
             Ok(Committed::Unknown { xid, outs, lost }) => {
@@ -188,6 +192,7 @@ impl PgBackend {
         jobs: &[WriteOp],
         active: &[usize],
         patience: Patience,
+        together: bool,
     ) -> std::result::Result<Committed, Failure> {
         let batch = |e| Failure::Batch(classify(&self.at, e));
         let sync = match self.options.durability {
@@ -233,14 +238,38 @@ impl PgBackend {
                 .await
                 .map_err(batch)?;
         }
-        let mut outs = Vec::with_capacity(active.len());
-        for &i in active {
-            let out = self
-                .apply(client, &jobs[i])
-                .await
-                .map_err(|e| Failure::of_job(i, e))?;
-            outs.push(out);
-        }
+        let appends: Option<Vec<Appended>> =
+            active.iter().map(|&i| plain_append(&jobs[i])).collect();
+        let outs = match appends {
+            Some(appends) if together => match self.append_rows(client, &appends).await {
+                Ok(ids) => {
+                    let mut outs = Vec::with_capacity(active.len());
+                    for (&i, ids) in active.iter().zip(ids) {
+                        outs.push(WriteOut::Ids(ids.map_err(|e| Failure::of_job(i, e))?));
+                    }
+                    outs
+                }
+                Err(e) if active.len() == 1 => return Err(Failure::of_job(active[0], e)),
+                Err(e) if e.is_whole_batch_failure() => return Err(Failure::Batch(e)),
+                // One statement does not say whose rows the server refused:
+                // again, one append at a time, to find out.
+                Err(_) => {
+                    client.batch_execute("ROLLBACK").await.map_err(batch)?;
+                    return Box::pin(self.try_commit(client, jobs, active, patience, false)).await;
+                }
+            },
+            _ => {
+                let mut outs = Vec::with_capacity(active.len());
+                for &i in active {
+                    let out = self
+                        .apply(client, &jobs[i])
+                        .await
+                        .map_err(|e| Failure::of_job(i, e))?;
+                    outs.push(out);
+                }
+                outs
+            }
+        };
         match client.batch_execute("COMMIT").await {
             Ok(()) => Ok(Committed::Yes(outs)),
             // The server answered: a refused commit is rolled back.
@@ -254,11 +283,25 @@ impl PgBackend {
     }
 }
 
-/// The sessions `op` appends to.
+/// The sessions `op` adds messages to.
 fn appended_sessions<'a>(op: &'a WriteOp, out: &mut Vec<&'a str>) {
     match op {
         WriteOp::Append { session_id, .. } => out.push(session_id),
+        WriteOp::Import(import) => out.extend(import.message_sessions()),
         WriteOp::Transaction(ops) => ops.iter().for_each(|op| appended_sessions(op, out)),
         WriteOp::Insert(_) | WriteOp::Update(_) | WriteOp::Delete(_) | WriteOp::SearchIndex(_) => {}
+    }
+}
+
+/// `op` as an append that can share the batch's one statement: a plain append
+/// (one with a `once_key` first checks its key).
+fn plain_append(op: &WriteOp) -> Option<Appended<'_>> {
+    match op {
+        WriteOp::Append {
+            session_id,
+            rows,
+            once_key: None,
+        } => Some(Appended { session_id, rows }),
+        _ => None,
     }
 }

@@ -7,15 +7,16 @@
 //! One file a job: `connection` (runtime, connect, TLS, reconnect),
 //! `schema` (the DDL and its migrations under an advisory lock), `value`
 //! (values in and out, the NUL escape), `sql` (typed operations as SQL),
-//! `commit` (a batch in one transaction), `write` and `read` (the SQL of
-//! each operation), `search` and `search_index` (the side table of words
-//! and trigrams, filled by a background indexer), `changes` (the
+//! `commit` (a batch in one transaction), `write`, `import` and `read` (the
+//! SQL of each operation), `search` and `search_index` (the side table of
+//! words and trigrams, filled by a background indexer), `changes` (the
 //! per-database commit counter), `error` (server failures classified).
 
 mod changes;
 mod commit;
 mod connection;
 mod error;
+mod import;
 mod read;
 mod schema;
 mod search;

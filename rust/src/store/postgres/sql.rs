@@ -14,7 +14,7 @@ use tokio_postgres::types::{ToSql, Type};
 use super::value::{Bound, Types};
 use crate::model::ValueRef;
 use crate::store::{
-    Assign, Cmp, Delete, Derived, Filter, Insert, OnConflict, Query, Relation, Term, Update,
+    Assign, Cmp, Delete, Derived, Filter, Import, Insert, OnConflict, Query, Relation, Term, Update,
 };
 
 pub struct Sql<'v> {
@@ -110,6 +110,53 @@ impl<'v> Sql<'v> {
                 sql.push(" = excluded.");
                 sql.ident(column);
             }
+        }
+        sql
+    }
+
+    /// Every row of `import` from one array per column (`$1`... in column
+    /// order, bound by the caller), the column at `nulled` written NULL; a
+    /// row whose key is there already is left as it is. Returns the key of
+    /// each row inserted.
+    pub fn import(types: &'v Types, import: &Import, nulled: Option<usize>) -> Self {
+        let mut sql = Sql::new(types);
+        let columns = |sql: &mut Self| {
+            for (n, column) in import.columns.iter().enumerate() {
+                sql.comma(n);
+                sql.ident(column);
+            }
+        };
+        sql.push("INSERT INTO ");
+        sql.push(import.relation.name());
+        sql.push(" (");
+        columns(&mut sql);
+        sql.push(") SELECT ");
+        for (n, column) in import.columns.iter().enumerate() {
+            sql.comma(n);
+            if Some(n) == nulled {
+                sql.push("NULL");
+            } else {
+                sql.push("v.");
+                sql.ident(column);
+            }
+        }
+        sql.push(" FROM unnest(");
+        for n in 0..import.columns.len() {
+            sql.comma(n);
+            let _ = write!(sql.text, "${}", n + 1);
+        }
+        sql.push(") AS v(");
+        columns(&mut sql);
+        sql.push(") ON CONFLICT (");
+        let key = import.relation.key();
+        for (n, column) in key.iter().enumerate() {
+            sql.comma(n);
+            sql.ident(column);
+        }
+        sql.push(") DO NOTHING RETURNING ");
+        for (n, column) in key.iter().enumerate() {
+            sql.comma(n);
+            sql.ident(column);
         }
         sql
     }
@@ -240,11 +287,16 @@ impl<'v> Sql<'v> {
         for (n, order) in query.order.iter().enumerate() {
             self.push(if n == 0 { " ORDER BY " } else { ", " });
             self.term(alias, &order.term);
-            // SQLite sorts NULL first ascending and last descending.
-            self.push(if order.descending {
-                " DESC NULLS LAST"
-            } else {
-                " ASC NULLS FIRST"
+            // SQLite sorts NULL first ascending and last descending. A key column holds no
+            // NULL (a primary key is NOT NULL here), so its plain order is the same, and
+            // one its index serves: a page by key reads only its rows, not a sort of all.
+            let key = matches!(&order.term,
+                Term::Column(c) if query.relation.key().contains(&c.as_str()));
+            self.push(match (order.descending, key) {
+                (true, true) => " DESC",
+                (false, true) => " ASC",
+                (true, false) => " DESC NULLS LAST",
+                (false, false) => " ASC NULLS FIRST",
             });
         }
         if query.limit.is_some() || query.offset > 0 {
@@ -263,12 +315,14 @@ impl<'v> Sql<'v> {
                 // Cut first: a line break becomes one space, so the same 63
                 // characters, without rewriting the whole message.
                 self.push(
-                    "COALESCE((SELECT REPLACE(REPLACE(SUBSTR(m.content, 1, 63), E'\\n', ' '), E'\\r', ' ') \
-                     FROM messages m WHERE m.session_id = ",
+                    "COALESCE((SELECT CASE WHEN LENGTH(p) > 60 THEN SUBSTR(p, 1, 60) || '...' ELSE p END \
+                     FROM (SELECT BTRIM(REPLACE(REPLACE(SUBSTR(m.content, 1, 63), E'\\n', ' '), E'\\r', ' '), ",
                 );
+                self.push(PYTHON_WHITESPACE);
+                self.push(") AS p FROM messages m WHERE m.session_id = ");
                 self.column(alias, "id");
                 self.push(
-                    " AND m.role = 'user' AND m.content IS NOT NULL ORDER BY m.timestamp, m.id LIMIT 1), '')",
+                    " AND m.role = 'user' AND m.content IS NOT NULL ORDER BY m.timestamp, m.id LIMIT 1) x), '')",
                 );
             }
             Term::Derived(Derived::LastActive) => {
@@ -482,6 +536,10 @@ impl<'v> Sql<'v> {
         self.push("'");
     }
 }
+
+/// The characters Python's `str.strip()` takes off (`str.isspace`), as a
+/// PostgreSQL string: a preview is stripped as hermes-agent strips it.
+const PYTHON_WHITESPACE: &str = "E'\\u0009\\u000a\\u000b\\u000c\\u000d\\u001c\\u001d\\u001e\\u001f\\u0020\\u0085\\u00a0\\u1680\\u2000\\u2001\\u2002\\u2003\\u2004\\u2005\\u2006\\u2007\\u2008\\u2009\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000'";
 
 /// A SQLite glob (`*`, `?`, `[...]`, case-sensitive, whole text) as an
 /// anchored POSIX regular expression.

@@ -102,7 +102,7 @@ impl Transact for Attempt<'_> {
 
 impl Attempt<'_> {
     /// The jobs at `active` in one transaction. The batch's new messages
-    /// are left to the indexer as one pending range, or indexed by the
+    /// are left to the indexer as pending ranges, or indexed by the
     /// triggers.
     fn try_commit(
         &mut self,
@@ -117,25 +117,23 @@ impl Attempt<'_> {
         conn.execute_batch("BEGIN IMMEDIATE").map_err(batch)?;
         self.index.refresh(conn).map_err(batch)?;
         let mut outs = Vec::with_capacity(active.len());
-        let mut new_ids: Option<(i64, i64)> = None;
+        let mut new_ids = Vec::new();
         for &i in active {
             let out = backend
                 .apply(conn, self.index, &jobs[i])
                 .map_err(|e| Failure::of_job(i, e))?;
-            if let Some((first, last)) = out.appended_range() {
-                new_ids = Some((new_ids.map_or(first, |(start, _)| start), last));
-            }
+            out.new_message_runs(&mut new_ids);
             outs.push(out);
         }
-        // The ids are one contiguous run: this connection held the write
-        // lock while it inserted every one of them.
-        let deferred = match new_ids {
-            Some((first, last)) => self
+        // Each run holds only rows this transaction inserted: this
+        // connection held the write lock while it inserted every one.
+        let mut deferred = false;
+        for (first, last) in new_ids {
+            deferred |= self
                 .index
                 .index_new_rows(conn, first, last)
-                .map_err(batch)?,
-            None => false,
-        };
+                .map_err(batch)?;
+        }
         conn.execute_batch("COMMIT").map_err(batch)?;
         self.deferred_index = deferred;
         Ok(outs)

@@ -236,51 +236,82 @@ CREATE INDEX IF NOT EXISTS idx_messages_session_order ON messages(session_id, ac
 /// Ours: `hermes_fts_pending` holds the id ranges of message rows committed
 /// but not indexed yet, written in the same transaction as the rows; the
 /// indexer removes a range in the transaction that indexes it.
-const FTS: &str = r#"
-CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(content);
-
-CREATE TRIGGER IF NOT EXISTS messages_fts_insert AFTER INSERT ON messages BEGIN
+///
+/// Each object by name, with its statement: SQLite keeps the statement's
+/// text, `IF NOT EXISTS` left out, as the object's definition, which is how
+/// `search_index.rs` tells these from others under the same names.
+pub(super) const SEARCH_INDEXES: [(&str, &str); 9] = [
+    (
+        "messages_fts",
+        "CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(content)",
+    ),
+    (
+        "messages_fts_insert",
+        "CREATE TRIGGER IF NOT EXISTS messages_fts_insert AFTER INSERT ON messages BEGIN
     INSERT INTO messages_fts(rowid, content) VALUES (new.id,
         COALESCE(new.content, '') || ' ' || COALESCE(new.tool_name, '') || ' ' || COALESCE(new.tool_calls, ''));
-END;
-
-CREATE TRIGGER IF NOT EXISTS messages_fts_delete AFTER DELETE ON messages BEGIN
+END",
+    ),
+    (
+        "messages_fts_delete",
+        "CREATE TRIGGER IF NOT EXISTS messages_fts_delete AFTER DELETE ON messages BEGIN
     DELETE FROM messages_fts WHERE rowid = old.id;
-END;
-
-CREATE TRIGGER IF NOT EXISTS messages_fts_update AFTER UPDATE ON messages BEGIN
+END",
+    ),
+    (
+        "messages_fts_update",
+        "CREATE TRIGGER IF NOT EXISTS messages_fts_update AFTER UPDATE ON messages BEGIN
     DELETE FROM messages_fts WHERE rowid = old.id;
     INSERT INTO messages_fts(rowid, content) VALUES (new.id,
         COALESCE(new.content, '') || ' ' || COALESCE(new.tool_name, '') || ' ' || COALESCE(new.tool_calls, ''));
-END;
-
-CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts_trigram USING fts5(content, tokenize='trigram');
-
-CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_insert AFTER INSERT ON messages BEGIN
+END",
+    ),
+    (
+        "messages_fts_trigram",
+        "CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts_trigram USING fts5(content, tokenize='trigram')",
+    ),
+    (
+        "messages_fts_trigram_insert",
+        "CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_insert AFTER INSERT ON messages BEGIN
     INSERT INTO messages_fts_trigram(rowid, content) VALUES (new.id,
         COALESCE(new.content, '') || ' ' || COALESCE(new.tool_name, '') || ' ' || COALESCE(new.tool_calls, ''));
-END;
-
-CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_delete AFTER DELETE ON messages BEGIN
+END",
+    ),
+    (
+        "messages_fts_trigram_delete",
+        "CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_delete AFTER DELETE ON messages BEGIN
     DELETE FROM messages_fts_trigram WHERE rowid = old.id;
-END;
-
-CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_update AFTER UPDATE ON messages BEGIN
+END",
+    ),
+    (
+        "messages_fts_trigram_update",
+        "CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_update AFTER UPDATE ON messages BEGIN
     DELETE FROM messages_fts_trigram WHERE rowid = old.id;
     INSERT INTO messages_fts_trigram(rowid, content) VALUES (new.id,
         COALESCE(new.content, '') || ' ' || COALESCE(new.tool_name, '') || ' ' || COALESCE(new.tool_calls, ''));
-END;
-
-CREATE TABLE IF NOT EXISTS hermes_fts_pending (
+END",
+    ),
+    (
+        "hermes_fts_pending",
+        "CREATE TABLE IF NOT EXISTS hermes_fts_pending (
     first_id INTEGER NOT NULL,
     last_id INTEGER NOT NULL
-);
-"#;
+)",
+    ),
+];
+
+/// [`SEARCH_INDEXES`] as one script.
+fn search_indexes_sql() -> String {
+    SEARCH_INDEXES
+        .iter()
+        .map(|(_, statement)| format!("\n{statement};\n"))
+        .collect()
+}
 
 /// Our whole DDL as one script, exposed as `hermes.state.SCHEMA_SQL` (hermes-agent exports
 /// its own DDL under that name). Run on an empty database it creates what [`ensure`] does.
 pub fn schema_sql() -> String {
-    [TABLES, INDEXES, FTS].concat()
+    [TABLES, INDEXES, &search_indexes_sql()].concat()
 }
 
 /// Creates whatever is missing; leaves existing tables and data alone.
@@ -291,7 +322,7 @@ pub fn ensure(conn: &Connection) -> rusqlite::Result<()> {
     let had_trigrams = conn
         .prepare("SELECT 1 FROM sqlite_master WHERE name = 'messages_fts_trigram'")?
         .exists([])?;
-    conn.execute_batch(FTS)?;
+    conn.execute_batch(&search_indexes_sql())?;
     if !had_trigrams {
         // A file from before the trigram index: index its messages now.
         conn.execute_batch(&format!(

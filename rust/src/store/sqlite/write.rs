@@ -42,6 +42,7 @@ impl SqliteBackend {
             WriteOp::SearchIndex(upkeep) => search_index::upkeep(conn, *upkeep)
                 .at(&self.at)
                 .map(WriteOut::Rows),
+            WriteOp::Import(import) => self.import(conn, import),
         }
     }
 
@@ -204,21 +205,30 @@ impl SqliteBackend {
         if reindex {
             let ids: Vec<i64> = rows.iter().map(|(id, _)| *id).collect();
             let ids = serde_json::to_string(&ids).expect("ids serialize");
-            index.reindex_rows(conn, &ids).at(at)?;
+            index.reindex_rows(conn, &ids, rows.len()).at(at)?;
         }
         if recount {
             let mut sessions: Vec<&str> = rows.iter().map(|(_, s)| s.as_str()).collect();
             sessions.sort_unstable();
             sessions.dedup();
-            let sessions = serde_json::to_string(&sessions).expect("ids serialize");
-            conn.prepare_cached(
-                "UPDATE sessions SET message_count = (SELECT COUNT(*) FROM messages
-                 WHERE session_id = sessions.id AND active = 1)
-                 WHERE id IN (SELECT value FROM json_each(?1))",
-            )
-            .and_then(|mut s| s.execute([sessions]))
-            .at(at)?;
+            self.recount(conn, &sessions)?;
         }
+        Ok(())
+    }
+
+    /// Sets the `message_count` of `sessions` to their active rows.
+    pub(super) fn recount(&self, conn: &Connection, sessions: &[&str]) -> Result<()> {
+        if sessions.is_empty() {
+            return Ok(());
+        }
+        let sessions = serde_json::to_string(sessions).expect("ids serialize");
+        conn.prepare_cached(
+            "UPDATE sessions SET message_count = (SELECT COUNT(*) FROM messages
+             WHERE session_id = sessions.id AND active = 1)
+             WHERE id IN (SELECT value FROM json_each(?1))",
+        )
+        .and_then(|mut s| s.execute([sessions]))
+        .at(&self.at)?;
         Ok(())
     }
 }
