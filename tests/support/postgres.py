@@ -35,12 +35,12 @@ def server_url() -> str:
     return url
 
 
-def psql(sql: str) -> str:
-    """Runs ``sql`` on the test server; its output, unaligned. A failure raises, with psql's
-    message."""
+def psql(sql: str, *, url: str | None = None) -> str:
+    """Runs ``sql`` on the test server (or the server at ``url``); its output, unaligned. A
+    failure raises, with psql's message."""
     program = _PSQL if os.path.exists(_PSQL) else shutil.which("psql") or "psql"
-    done = subprocess.run([program, "-qAt", server_url(), "-c", sql], capture_output=True,
-                          text=True)
+    done = subprocess.run([program, "-qAt", url or server_url(), "-c", sql],
+                          capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"psql exited {done.returncode} on {sql!r}: {done.stderr.strip()}")
     return done.stdout
@@ -51,24 +51,6 @@ def fresh_store() -> str:
     name = f"hermes_pytest_{os.getpid()}_{next(_names)}"
     psql(f"CREATE SCHEMA {name}")
     return f"{server_url()}?options=-csearch_path%3D{name}"
-
-
-def pg_ctl(action: str, *args: str) -> None:
-    """Runs ``pg_ctl ACTION`` on the test server (``start``, ``stop -m fast``,
-    ``restart -m fast``), waiting for it to finish; as root, as the server's owner. Its log
-    goes on in the server's log file."""
-    data = os.environ.get("HERMES_TEST_POSTGRES_DATA", "")
-    if not data:
-        raise RuntimeError("no HERMES_TEST_POSTGRES_DATA: run the tests under scripts/postgres")
-    program = str(Path(_PSQL).with_name("pg_ctl"))
-    command = [program, "-D", data, "-l", str(Path(data).parent / "server.log"), "-w",
-               "-t", "60", "-o", os.environ["HERMES_TEST_POSTGRES_OPTIONS"], action, *args]
-    if os.geteuid() == 0:
-        command = ["runuser", "-u", "postgres", "--", *command]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"pg_ctl {action} exited {done.returncode}: "
-                           f"{(done.stdout + done.stderr).strip()}")
 
 
 def connections_named(application_name: str, *, settle_at_most: int | None = None) -> int:
