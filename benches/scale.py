@@ -60,6 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib and the oth
 
 import workload  # noqa: E402
 from benchlib import paths, record, protocol, stats  # noqa: E402
+from benchlib.indexes import index_state  # noqa: E402
 from benchlib.machine import code_identity, loadavg  # noqa: E402
 from benchlib.render import g, ms, ratio, table  # noqa: E402
 
@@ -341,32 +342,6 @@ def serving(python: str, system: str, home: Path) -> protocol.Worker:
 
 def log(msg: str, started: float) -> None:
     print(f"scale [{time.monotonic() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
-
-
-def index_state(path: Path, tables: tuple[str, ...] = ("messages_fts",), token: str = "") -> dict[str, Any]:
-    """Rows in ``messages``, in each search index, and still pending (our
-    deferred indexing), plus the hits for ``token``, a word of the last
-    message written. Read with the stdlib's SQLite while no worker has the
-    file open (two SQLite copies must not share an open file)."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        def count(sql: str, *args: Any) -> int:
-            return int(conn.execute(sql, args).fetchone()[0])
-
-        out: dict[str, Any] = {"messages": count("SELECT COUNT(*) FROM messages")}
-        for table in tables:  # its size table holds one row per indexed message
-            out[table] = count(f"SELECT COUNT(*) FROM {table}_docsize")
-        has_pending = count("SELECT COUNT(*) FROM sqlite_master WHERE name = 'hermes_fts_pending'")
-        out["pending_ranges"] = count("SELECT COUNT(*) FROM hermes_fts_pending") if has_pending else 0
-        if token:
-            out["token_hits"] = count("SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH ?", token)
-    finally:
-        conn.close()
-    out["complete"] = (
-        all(out[t] == out["messages"] for t in tables) and out["pending_ranges"] == 0
-        and out.get("token_hits", 1) == 1
-    )
-    return out
 
 
 def ensure_indexed(path: Path, proc: protocol.Worker, tables: tuple[str, ...] = ("messages_fts",),

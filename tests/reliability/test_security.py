@@ -260,7 +260,8 @@ def test_a_long_session_id_can_be_spooled(tmp_path: Path, session_id: str) -> No
 #: cannot carry input. A new one fails test_sql_is_built_only_from_reviewed_identifiers until
 #: it is reviewed and listed here.
 REVIEWED_SQL_FORMATS = {
-    ("commit.rs", "BEGIN; SET LOCAL synchronous_commit TO {sync}; {TAKE}"):
+    ("commit.rs", "BEGIN; SET LOCAL synchronous_commit TO {sync}; SELECT {TAKE}, "
+                  "pg_current_xact_id()::text"):
         "string literals 'on' or 'off' (the durability); the constant TAKE (PostgreSQL)",
     ("commit.rs", "SELECT 1 FROM sessions WHERE id = ANY($1) ORDER BY id FOR UPDATE{wait}"):
         "string literals '' or ' NOWAIT' (PostgreSQL; the ids are a bound parameter)",
@@ -309,40 +310,73 @@ REVIEWED_SQL_FORMATS = {
         "string literals",
     ("search.rs", "SELECT m.id, snippet({table}, 0, '>>>', '<<<', '...', 40) AS snippet, "
                   "{HIT_COLUMNS}, {table}.rank AS hit_rank FROM {table} JOIN messages m ON m.id = "
-                  "{table}.rowid JOIN sessions s ON s.id = m.session_id WHERE {table} MATCH ?1 AND "
-                  "{FILTERS} ORDER BY {inner_order} LIMIT ?7 OFFSET ?8"):
-        "a literal index table name; the constants HIT_COLUMNS and FILTERS; an order of "
-        "string literals (the query itself is bound, ?1)",
-    ("search.rs", "SELECT m.id, substr(m.content, max(1, instr(m.content, ?1) - 40), 120) AS "
-                  "snippet, {HIT_COLUMNS}, 0 AS hit_rank FROM messages m JOIN sessions s ON s.id = "
-                  "m.session_id WHERE ({}) AND {FILTERS} ORDER BY m.timestamp DESC, m.id DESC "
-                  "LIMIT ?7 OFFSET ?8"):
-        "the constants HIT_COLUMNS and FILTERS; the term conditions below joined by AND / OR",
-    ("search.rs", "COALESCE(m.content LIKE ?{n} ESCAPE '\\\\' OR m.tool_name LIKE ?{n} ESCAPE "
-                  "'\\\\' OR m.tool_calls LIKE ?{n} ESCAPE '\\\\', 0)"):
-        "a parameter number (each term's pattern is bound)",
-    ('read.rs',
-                '(SELECT n.id FROM messages n WHERE n.session_id = h.session_id AND (n.timestamp '
-                '{cmp} h.timestamp OR (n.timestamp = h.timestamp AND n.id {cmp} h.id)) ORDER BY '
-                'n.timestamp {dir}, n.id {dir} LIMIT 1)'):
+                  "{table}.rowid JOIN sessions s ON s.id = m.session_id WHERE {table} MATCH {query}"
+                  "{filters} ORDER BY {inner_order} {page}"):
+        "a literal index table name; the constant HIT_COLUMNS; the filters and page of "
+        "Statement (literal clauses and bound parameters); an order of string literals (the "
+        "query itself is bound)",
+    ("search.rs", "SELECT m.id, substr({INDEXED_TEXT}, max(1, instr({INDEXED_TEXT}, {first}) - "
+                  "40), 120) AS snippet, {HIT_COLUMNS}, 0 AS hit_rank FROM messages m JOIN "
+                  "sessions s ON s.id = m.session_id WHERE {found}{filters} ORDER BY m.timestamp "
+                  "DESC, m.id DESC {page}"):
+        "the constants INDEXED_TEXT and HIT_COLUMNS; a parameter (the first term is bound); "
+        "the term conditions below joined by AND / OR / AND NOT (or the literal 0); the "
+        "filters and page of Statement",
+    ("search.rs", "COALESCE(m.content LIKE {n} ESCAPE '\\\\' OR m.tool_name LIKE {n} ESCAPE "
+                  "'\\\\' OR m.tool_calls LIKE {n} ESCAPE '\\\\', 0)"):
+        "a parameter (Statement::bind's ?N; each term's pattern is bound)",
+    ("search.rs", "(SELECT value FROM json_each({}))"):
+        "a parameter (Statement::bind's ?N: the listed values as one bound JSON text)",
+    ("search.rs", " AND {table}.rowid >= (SELECT MIN(id) FROM messages WHERE session_id = {id}) "
+                  "AND {table}.rowid <= (SELECT MAX(id) FROM messages WHERE session_id = {id})"):
+        "a literal index table name; a parameter (the session id is bound)",
+    ("search_index.rs", "INSERT INTO {table}({table}, rank) VALUES (?1, ?2)"):
+        "a table name from the constant KNOWN_INDEXES",
+    ("search_index.rs", "SELECT v FROM {table}_config WHERE k = ?1"):
+        "a table name from the constant KNOWN_INDEXES",
+    ("search_index.rs", "DELETE FROM {table}_config WHERE k = ?1"):
+        "a table name from the constant KNOWN_INDEXES",
+    ("search_index.rs", "SELECT k, v FROM {table}_config WHERE k != 'version' ORDER BY k"):
+        "test code: a table name literal of the test",
+    ("search_index.rs", "INSERT INTO {table}({table}) VALUES ('integrity-check')"):
+        "test code: a table name literal of the test",
+    ("search_index.rs", "SELECT COUNT(*) FROM {table}"):
+        "test code: a table name literal of the test",
+    ("search.rs", "WITH hits AS MATERIALIZED ( SELECT m.id, m.session_id, m.role, m.content, "
+                  "m.tool_name, m.tool_calls, m.timestamp, s.source, s.model, s.started_at AS "
+                  "session_started, s.title, {rank} AS hit_rank FROM hermes_search x JOIN messages "
+                  "m ON m.id = x.message_id JOIN sessions s ON s.id = m.session_id WHERE {matches} "
+                  "AND {FILTERS} ORDER BY {inner} LIMIT $7 OFFSET $8) SELECT h.id, h.session_id, "
+                  "h.role, h.content, h.tool_name, h.timestamp, h.source, h.model, "
+                  "h.session_started, h.title, {snippet} AS snippet, b.id AS before_id, a.id AS "
+                  "after_id, b.role AS before_role, b.content AS before_content, a.role AS "
+                  "after_role, a.content AS after_content, h.hit_rank::float8 AS hit_rank FROM "
+                  "hits h {before} b ON TRUE {after} a ON TRUE ORDER BY {outer}"):
+        "PostgreSQL's search: a route's rank (a string literal), match (the literal "
+        "'x.words @@ $1::tsquery' / 'x.grams @@ $1::tsquery' and conditions 'x.folded LIKE $n' "
+        "joined by AND / OR / AND NOT) and snippet (the constant HIT_TEXT and a parameter "
+        "number); the constant FILTERS; the neighbour joins below; orders of string "
+        "literals. The query ($1, a tsquery literal whose lexemes are quoted) and every "
+        "term's text are bound",
+    ("search.rs", "LEFT JOIN LATERAL (SELECT n.id, n.role, n.content FROM messages n WHERE "
+                  "n.session_id = h.session_id AND (n.timestamp {cmp} h.timestamp OR (n.timestamp "
+                  "= h.timestamp AND n.id {cmp} h.id)) ORDER BY n.timestamp {dir}, n.id {dir} "
+                  "LIMIT 1)"):
         "string literals: '<' or '>', 'ASC' or 'DESC'",
-    ('read.rs',
-                "WITH q AS (SELECT websearch_to_tsquery('simple', $1) AS q), hits AS ( SELECT m.id, "
-                'm.session_id, m.role, m.content, m.tool_name, m.timestamp, s.source, s.model, '
-                "s.started_at AS session_started, s.title, ts_headline('simple', COALESCE(m.content, "
-                "''), q.q, 'StartSel=>>>, StopSel=<<<, MaxWords=40, MinWords=3') AS snippet, "
-                "ts_rank(to_tsvector('simple', {text}), q.q) AS rank FROM q, messages m JOIN sessions"
-                " s ON s.id = m.session_id WHERE to_tsvector('simple', {text}) @@ q.q AND ($2 OR "
-                'm.active = 1 OR m.compacted = 1) AND ($3::text[] IS NULL OR s.source = ANY($3)) AND '
-                '($4::text[] IS NULL OR NOT (s.source = ANY($4))) AND ($5::text[] IS NULL OR m.role ='
-                ' ANY($5)) AND ($6::text IS NULL OR m.session_id = $6) ORDER BY {order} LIMIT $7 '
-                'OFFSET $8), near AS (SELECT h.*, {before} AS before_id, {after} AS after_id FROM '
-                'hits h) SELECT h.id, h.session_id, h.role, h.content, h.tool_name, h.timestamp, '
-                'h.source, h.model, h.session_started, h.title, h.snippet, h.before_id, h.after_id, '
-                'b.role AS before_role, b.content AS before_content, a.role AS after_role, a.content '
-                'AS after_content, h.rank AS hit_rank FROM near h LEFT JOIN messages b ON b.id = '
-                'h.before_id LEFT JOIN messages a ON a.id = h.after_id ORDER BY {outer}'):
-        "the neighbour subqueries (literals '<'/'>', 'ASC'/'DESC'); the constant text expression; an order of string literals",
+    ("search_index.rs", "BEGIN; SET LOCAL synchronous_commit TO off; SET LOCAL lock_timeout TO {}"):
+        "a number of milliseconds (an integer)",
+    ("search_index.rs", "SELECT id, first_id, last_id FROM hermes_search_pending WHERE first_id <= "
+                        "$1 ORDER BY first_id LIMIT $2 FOR UPDATE {lock_clause}"):
+        "the literal 'SKIP LOCKED' or nothing",
+    ("tokenizer.rs", "DROP TABLE IF EXISTS {table}_v; DELETE FROM {table}; CREATE VIRTUAL TABLE "
+                     "{table}_v USING fts5vocab({table}, 'instance');"):
+        "test code: a table name literal of the test ('w' or 't')",
+    ("tokenizer.rs", "INSERT INTO {table}(rowid, content) VALUES (?1, ?2)"):
+        "test code: a table name literal of the test ('w' or 't')",
+    ("tokenizer.rs", "SELECT doc, term, offset FROM {table}_v ORDER BY doc, offset"):
+        "test code: a table name literal of the test ('w' or 't')",
+    ("mend.rs", "PRAGMA integrity_check({MAX_FINDINGS})"):
+        "the constant MAX_FINDINGS (an integer)",
 }
 #: The typed operations' SQL (store/sqlite/sql.rs) is written piece by piece, not with
 #: format!: every name goes through Sql::ident (quoted, after the column check), every value
@@ -356,6 +390,7 @@ REVIEWED_SQL_PIECES = {
     "match": "a match whose arms are string literals",
     "key": "Sql::marker's JSON key, a &'static str: string literals at each call",
     "aggregate": "Sql::chain's aggregate, a &'static str: string literals at each call",
+    "PYTHON_WHITESPACE": "a constant: the characters Python's str.strip() takes off, as char(...)",
 }
 _SQL_WORDS = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|ALTER|CREATE|DROP|PRAGMA|SET|"
                         r"VALUES|WHERE|COALESCE)\b")

@@ -61,6 +61,27 @@ def test_equal_starts_are_listed_in_the_order_they_were_written(db: SessionDB) -
     assert row["title"] is None and row["source"] == "cli" and row["preview"] == ""
 
 
+def test_a_preview_is_the_first_user_message_cut_and_stripped_as_hermes_agent_does(
+    db: SessionDB,
+) -> None:
+    contents = [
+        "short", " \t padded\u3000\x1c ", "x" * 60, "y" * 61, "z" * 70, "\u3000" * 5 + "w" * 62,
+        "line\nbreak\r\nand more " * 5, "北京 東京 " * 12, "   ", "a" + " " * 62 + "b",
+    ]
+    for n, content in enumerate(contents):
+        db.create_session(f"s{n}", "cli", started_at=float(n))
+        db.append_message(f"s{n}", "assistant", "not this one", timestamp=1.0)
+        db.append_message(f"s{n}", "user", content, timestamp=2.0)
+        db.append_message(f"s{n}", "user", "nor this one", timestamp=3.0)
+
+    def hermes_agents(content: str) -> str:  # its rule, applied to what its SQL selects
+        raw = content[:63].replace("\n", " ").replace("\r", " ").strip()
+        return raw[:60] + ("..." if len(raw) > 60 else "")
+
+    rows = {r["id"]: r["preview"] for r in db.list_sessions_rich(limit=len(contents))}
+    assert rows == {f"s{n}": hermes_agents(c) for n, c in enumerate(contents)}
+
+
 def test_filters_pages_and_the_last_active_order(db: SessionDB) -> None:
     _lineage(db)
     assert [r["id"] for r in db.list_sessions_rich(source="telegram")] == ["plain"]

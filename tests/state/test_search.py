@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hermes.errors import DatabaseClosedError
+from hermes.errors import DatabaseClosedError, SearchQueryError
 from hermes.state import SessionDB
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 
 def tool_call(n: int, name: str) -> dict[str, Any]:
@@ -84,6 +86,22 @@ def test_whatever_a_person_types_runs(searchable: SessionDB, query: str,
     assert {h["content"] for h in searchable.search_messages(query)} == expected
 
 
+SOUP = ['"', "*", "(", ")", "^", ":", "+", "-", "AND", "OR", "NOT", "NEAR(", "brown", "fox*",
+        "记忆", "完成率", "안녕", "%", "_", "\\", "'", "\x00", "\ud800", " "]
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=st.text(max_size=40) | st.lists(st.sampled_from(SOUP), max_size=8).map(" ".join))
+def test_any_text_runs_or_raises_a_search_query_error(searchable: SessionDB, query: str) -> None:
+    try:
+        hits = searchable.search_messages(query)
+    except SearchQueryError:
+        return
+    assert all(hit["session_id"] in ("a", "b") and isinstance(hit["snippet"], str)
+               for hit in hits)
+
+
 @pytest.mark.parametrize("query", ["C++", "chat-send", "TODO: fix", "P2.2", "ada@example.com",
                                    "it's", "C#", "NOT docker", "100%"])
 def test_the_searches_of_issue_20_find_their_message(db: SessionDB, query: str) -> None:
@@ -119,6 +137,24 @@ def test_context_is_the_neighbours_in_the_session_clipped(db: SessionDB) -> None
         {"role": "assistant", "content": "needle"},
         {"role": "user", "content": "[multimodal content]"},
     ]
+
+
+def test_a_session_filter_finds_its_rows_among_other_sessions_and_long_lists_filter_too(
+    tmp_path: Path,
+) -> None:
+    db = SessionDB(tmp_path / "state.db")
+    db.create_session("a", "cli")
+    db.create_session("b", "telegram")
+    for n in range(3):
+        db.append_message("a", "user", f"heron {n} 北京")
+        db.append_message("b", "user", f"heron {n} 北京")
+    assert {h["id"] for h in db.search_messages("heron", session_id="a")} == {1, 3, 5}
+    assert {h["id"] for h in db.search_messages("北京", session_id="b")} == {2, 4, 6}
+    many = [f"source-{n}" for n in range(100)] + ["telegram"]
+    assert {h["session_id"] for h in db.search_messages("heron", source_filter=many)} == {"b"}
+    assert {h["session_id"] for h in db.search_messages("heron", exclude_sources=many)} == {"a"}
+    found = db.search_messages("北京", source_filter=many, role_filter=["user", "tool"])
+    assert {h["session_id"] for h in found} == {"b"}
 
 
 def test_filters_sources_roles_session_and_a_page(searchable: SessionDB) -> None:

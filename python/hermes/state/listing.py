@@ -12,9 +12,6 @@ from hermes.state.face import AsyncFace, StoreFace, check_page, offloaded
 if TYPE_CHECKING:
     from hermes._core import _Filter
 
-#: How many characters of the first user message a listing row shows.
-PREVIEW_CHARS = 60
-
 #: The session columns a listing leaves out with ``compact_rows=True``: the payload-heavy blob
 #: no list renders.
 _COMPACT_EXCLUDED = frozenset({"system_prompt"})
@@ -59,13 +56,6 @@ def workspace_filter(needle: str) -> _Filter:
     cwd_only: list[_Filter] = [("or", no_root), ("like", "cwd", pattern)]
     either: list[_Filter] = [("like", "git_repo_root", pattern), ("and", cwd_only)]
     return ("or", either)
-
-
-def shape_preview(row: dict[str, Any]) -> dict[str, Any]:
-    """The derived ``preview`` (up to 63 characters) cut to 60, with ``...`` when it was longer."""
-    raw = (row.get("preview") or "").strip()
-    row["preview"] = raw[:PREVIEW_CHARS] + ("..." if len(raw) > PREVIEW_CHARS else "")
-    return row
 
 
 def sessions_by_last_active(
@@ -210,7 +200,6 @@ class Listing(StoreFace):
                 limit=limit,
                 offset=offset,
             )
-        rows = [shape_preview(row) for row in rows]
         if project_compression_tips and not include_children:
             rows = [self._projected(row, columns) for row in rows]
         return rows
@@ -225,7 +214,7 @@ class Listing(StoreFace):
         found = self._store.query("sessions", columns=columns, where=("=", "id", tip_id))
         if not found:
             return row
-        tip = shape_preview(found[0])
+        tip = found[0]
         merged = dict(row)
         merged.update({key: tip[key] for key in _TIP_FIELDS if key in tip})
         merged["_lineage_root_id"] = row["id"]
@@ -241,7 +230,7 @@ class Listing(StoreFace):
         prefix = f"cron_{job_id}_"
         upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
         runs: list[_Filter] = [("=", "source", "cron"), (">=", "id", prefix), ("<", "id", upper)]
-        rows = self._store.query(
+        return self._store.query(
             "sessions",
             columns=["*", "preview", "last_active"],
             where=("and", runs),
@@ -249,7 +238,6 @@ class Listing(StoreFace):
             limit=limit,
             offset=offset,
         )
-        return [shape_preview(row) for row in rows]
 
     def distinct_session_cwds(self, include_archived: bool = False) -> list[dict[str, Any]]:
         """Each non-empty cwd of any session, with how many sessions used it and the latest

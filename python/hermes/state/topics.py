@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from hermes._core import Delete, Insert, Select, Update
 from hermes.errors import SessionNotFoundError, TopicAlreadyLinkedError
 from hermes.state.face import AsyncFace, StoreFace, all_of, offloaded
-from hermes.state.listing import shape_preview
 
 if TYPE_CHECKING:
     from hermes._core import _Filter as Filter
@@ -181,7 +180,7 @@ class TopicBindings(StoreFace):
             order_by=["-last_active", "-started_at"],
             limit=max(int(limit), 0),
         )
-        return [shape_preview(row) for row in rows]
+        return rows
 
     def _binding(self, where: Filter) -> dict[str, Any] | None:
         rows = self._store.query(_BINDINGS, where=where, limit=1)

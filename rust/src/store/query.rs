@@ -12,8 +12,10 @@ use crate::model::Value;
 /// A closed set: each backend implements each one once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Derived {
-    /// A session's first user message (by timestamp, then id) with content: up to 63
-    /// characters of it, line breaks as spaces; `''` when there is none.
+    /// A session's first user message (by timestamp, then id) with content, as a
+    /// listing shows it: its first 63 characters, line breaks as spaces, without
+    /// the white space around it (Python's `str.strip()`), cut to 60 characters
+    /// and `...` when longer; `''` when there is none.
     Preview,
     /// A session's latest message timestamp, or its `started_at` without one.
     LastActive,

@@ -179,10 +179,12 @@ impl PgBackend {
             return Ok(());
         };
         let fail = |e| classify(&self.at, e);
-        const LAST: &str = "COALESCE(pg_sequence_last_value(
-            pg_get_serial_sequence('messages', 'id')::regclass), 0)";
         let behind: bool = client
-            .query_typed(&format!("SELECT {LAST} < $1"), &[(&highest, Type::INT8)])
+            .query_typed(
+                "SELECT COALESCE(pg_sequence_last_value(
+                     pg_get_serial_sequence('messages', 'id')::regclass), 0) < $1",
+                &[(&highest, Type::INT8)],
+            )
             .await
             .map_err(fail)?[0]
             .get(0);
@@ -193,10 +195,9 @@ impl PgBackend {
                 .map_err(fail)?;
             client
                 .query_typed(
-                    &format!(
-                        "SELECT setval(pg_get_serial_sequence('messages', 'id'), \
-                         GREATEST($1, {LAST}))"
-                    ),
+                    "SELECT setval(pg_get_serial_sequence('messages', 'id'), GREATEST($1,
+                         COALESCE(pg_sequence_last_value(
+                             pg_get_serial_sequence('messages', 'id')::regclass), 0)))",
                     &[(&highest, Type::INT8)],
                 )
                 .await

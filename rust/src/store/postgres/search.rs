@@ -4,9 +4,10 @@
 //!
 //! * words: the terms as a `tsquery` (`&`, `|`, `& !`, phrases `<->`,
 //!   prefixes `:*`) over the word vectors, ranked by `ts_rank`;
-//! * trigrams (CJK terms of three characters or more): each term's trigrams
-//!   narrow the rows through the trigram vectors' index, then the folded
-//!   text is checked for each term as a substring, shortest message first;
+//! * trigrams (CJK terms of three characters or more): the CJK terms'
+//!   trigrams narrow the rows through the trigram vectors' index, then the
+//!   folded text is checked for each term as a substring, shortest message
+//!   first;
 //! * substrings (shorter CJK terms): the folded text of every row checked,
 //!   newest first.
 //!
@@ -99,18 +100,23 @@ fn tsquery(expr: &Expr, leaf: &dyn Fn(usize) -> String) -> String {
     }
 }
 
-/// What a trigram search can ask of the index: the trigrams every hit has.
-/// The excluded side of a `NOT` narrows nothing (a row with its trigrams may
-/// still lack the text), so it is left to the check of the text.
-fn necessary(expr: &Expr, leaf: &dyn Fn(usize) -> String) -> String {
-    let join = |parts: &[Expr], joint: &str| {
-        let parts: Vec<String> = parts.iter().map(|p| necessary(p, leaf)).collect();
-        format!("({})", parts.join(joint))
-    };
+/// What a trigram search can ask of the index: trigrams every hit has
+/// (None: it cannot narrow, as for a term without CJK characters, whose
+/// trigrams are not indexed). The excluded side of a `NOT` narrows nothing
+/// (a row with its trigrams may still lack the text): the check of the text
+/// decides.
+fn necessary(expr: &Expr, leaf: &dyn Fn(usize) -> Option<String>) -> Option<String> {
+    let parts = |parts: &[Expr]| parts.iter().map(|p| necessary(p, leaf)).collect::<Vec<_>>();
     match expr {
         Expr::Term(i) => leaf(*i),
-        Expr::All(parts) => join(parts, " & "),
-        Expr::Any(parts) => join(parts, " | "),
+        Expr::All(all) => {
+            let known: Vec<String> = parts(all).into_iter().flatten().collect();
+            (!known.is_empty()).then(|| format!("({})", known.join(" & ")))
+        }
+        Expr::Any(any) => {
+            let each: Option<Vec<String>> = parts(any).into_iter().collect();
+            each.map(|each| format!("({})", each.join(" | ")))
+        }
         Expr::Without(kept, _) => necessary(kept, leaf),
     }
 }
@@ -159,11 +165,11 @@ fn words_plan(terms: &Terms) -> Option<Plan> {
     })
 }
 
-/// The text around the first term's first place in the content (as the
+/// The indexed text around the first term's first place in it (as the
 /// substring search on SQLite shows it).
 fn substring_snippet(terms: &Terms, plan: &mut Plan) -> String {
     let first = plan.param(escape_text(&terms.0[0].1.text).into_owned());
-    format!("substr(h.content, greatest(1, strpos(h.content, {first}) - 40), 120)")
+    format!("substr({HIT_TEXT}, greatest(1, strpos({HIT_TEXT}, {first}) - 40), 120)")
 }
 
 fn trigrams_plan(terms: &Terms) -> Option<Plan> {
@@ -175,18 +181,24 @@ fn trigrams_plan(terms: &Terms) -> Option<Plan> {
     let expr = terms.expr(|i| folded[i].chars().count() >= 3)?;
     let leaf = |i: usize| {
         let grams: Vec<String> = trigrams(&folded[i]).iter().map(|g| quoted(g)).collect();
-        format!("({})", grams.join(" & "))
+        (!grams.is_empty()).then(|| format!("({})", grams.join(" & ")))
     };
-    let query = format!("{} | {}", necessary(&expr, &leaf), quoted(UNCUT_MARKER));
+    let narrowed = necessary(&expr, &leaf);
     let mut plan = Plan {
-        query,
+        query: narrowed
+            .as_ref()
+            .map(|grams| format!("{grams} | {}", quoted(UNCUT_MARKER)))
+            .unwrap_or_default(),
         matches: String::new(),
         rank: "length(x.folded)",
         snippet: String::new(),
         extra: Vec::new(),
     };
     let text = substrings(&expr, terms, &mut plan);
-    plan.matches = format!("x.grams @@ $1::tsquery AND {text}");
+    plan.matches = match narrowed {
+        Some(_) => format!("x.grams @@ $1::tsquery AND {text}"),
+        None => text,
+    };
     plan.snippet = substring_snippet(terms, &mut plan);
     Some(plan)
 }
@@ -220,15 +232,18 @@ fn statement(plan: &Plan, order: SearchOrder, route: Route) -> String {
             "h.timestamp ASC, h.hit_rank, h.id",
         ),
     };
+    // Each side's neighbour is one index read of the hit's session, run for
+    // the page only: `hits` is materialized, so the page comes first.
     let neighbour = |cmp: &str, dir: &str| {
         format!(
-            "(SELECT n.id FROM messages n WHERE n.session_id = h.session_id
-                AND (n.timestamp {cmp} h.timestamp OR (n.timestamp = h.timestamp AND n.id {cmp} h.id))
-              ORDER BY n.timestamp {dir}, n.id {dir} LIMIT 1)"
+            "LEFT JOIN LATERAL (SELECT n.id, n.role, n.content FROM messages n
+                WHERE n.session_id = h.session_id
+                  AND (n.timestamp {cmp} h.timestamp OR (n.timestamp = h.timestamp AND n.id {cmp} h.id))
+                ORDER BY n.timestamp {dir}, n.id {dir} LIMIT 1)"
         )
     };
     format!(
-        "WITH hits AS (
+        "WITH hits AS MATERIALIZED (
             SELECT m.id, m.session_id, m.role, m.content, m.tool_name, m.tool_calls, m.timestamp,
                    s.source, s.model, s.started_at AS session_started, s.title,
                    {rank} AS hit_rank
@@ -236,15 +251,14 @@ fn statement(plan: &Plan, order: SearchOrder, route: Route) -> String {
             JOIN messages m ON m.id = x.message_id
             JOIN sessions s ON s.id = m.session_id
             WHERE {matches} AND {FILTERS}
-            ORDER BY {inner} LIMIT $7 OFFSET $8),
-         near AS (SELECT h.*, {before} AS before_id, {after} AS after_id FROM hits h)
+            ORDER BY {inner} LIMIT $7 OFFSET $8)
          SELECT h.id, h.session_id, h.role, h.content, h.tool_name, h.timestamp, h.source,
-                h.model, h.session_started, h.title, {snippet} AS snippet, h.before_id,
-                h.after_id, b.role AS before_role, b.content AS before_content,
+                h.model, h.session_started, h.title, {snippet} AS snippet, b.id AS before_id,
+                a.id AS after_id, b.role AS before_role, b.content AS before_content,
                 a.role AS after_role, a.content AS after_content, h.hit_rank::float8 AS hit_rank
-         FROM near h
-         LEFT JOIN messages b ON b.id = h.before_id
-         LEFT JOIN messages a ON a.id = h.after_id
+         FROM hits h
+         {before} b ON TRUE
+         {after} a ON TRUE
          ORDER BY {outer}",
         rank = plan.rank,
         matches = plan.matches,

@@ -8,7 +8,7 @@ use rusqlite::{params_from_iter, Connection};
 
 use super::busy::with_busy_retry;
 use super::error::{classify, note_short_read};
-use super::search_index::CATCH_UP_CHUNK_ROWS;
+use super::search_index::{CATCH_UP_CHUNK_ROWS, INDEXED_TEXT};
 use super::{tables, SqliteBackend};
 use crate::error::{Error, Result};
 use crate::model::Table;
@@ -25,13 +25,84 @@ pub fn pending_up_to(conn: &Connection) -> rusqlite::Result<Option<i64>> {
 const HIT_COLUMNS: &str = "m.session_id, m.role, m.content, m.timestamp, m.tool_name,
     s.source, s.model, s.started_at AS session_started, s.title";
 
-/// The filters every route applies, on `m` (messages) and `s` (sessions),
-/// with the parameters `?2` to `?6` ([`filter_params`]).
-const FILTERS: &str = "(?2 OR m.active = 1 OR m.compacted = 1)
-    AND (?3 IS NULL OR s.source IN (SELECT value FROM json_each(?3)))
-    AND (?4 IS NULL OR s.source NOT IN (SELECT value FROM json_each(?4)))
-    AND (?5 IS NULL OR m.role IN (SELECT value FROM json_each(?5)))
-    AND (?6 IS NULL OR m.session_id = ?6)";
+/// Lists longer than this are bound as one JSON array rather than a
+/// parameter per value (SQLite takes at most 32,766 parameters).
+const LISTED_VALUES: usize = 64;
+
+/// A search's SQL, built with its parameters: `?1` is the FTS5 query (or the
+/// term a substring snippet centres on), then come the filters' values.
+struct Statement {
+    params: Vec<SqlValue>,
+}
+
+impl Statement {
+    /// A new parameter, as its `?N`.
+    fn bind(&mut self, value: SqlValue) -> String {
+        self.params.push(value);
+        format!("?{}", self.params.len())
+    }
+
+    /// `(?a, ?b, ...)` for `IN`: a parameter per value, so SQLite weighs the
+    /// test as the cheap one it is (a subquery it evaluates after the
+    /// others: a substring scan then read every row's text before its
+    /// role); a long list as one JSON array.
+    fn list(&mut self, values: &[String]) -> String {
+        if values.len() > LISTED_VALUES {
+            let json = serde_json::to_string(values).unwrap_or_default();
+            return format!(
+                "(SELECT value FROM json_each({}))",
+                self.bind(SqlValue::Text(json))
+            );
+        }
+        let binds: Vec<String> = values
+            .iter()
+            .map(|v| self.bind(SqlValue::Text(v.clone())))
+            .collect();
+        format!("({})", binds.join(", "))
+    }
+
+    /// The filters of `search` it has, on `m` (messages) and `s` (sessions),
+    /// each a term that starts with ` AND `. `index` is the FTS5 table a
+    /// route reads, whose rows a session filter bounds to the session's ids.
+    fn filters(&mut self, search: &Search, index: Option<&str>) -> String {
+        let mut sql = String::new();
+        if !search.include_inactive {
+            sql.push_str(" AND (m.active = 1 OR m.compacted = 1)");
+        }
+        if let Some(sources) = &search.sources {
+            let list = self.list(sources);
+            sql.push_str(&format!(" AND s.source IN {list}"));
+        }
+        if let Some(excluded) = &search.exclude_sources {
+            let list = self.list(excluded);
+            sql.push_str(&format!(" AND s.source NOT IN {list}"));
+        }
+        if let Some(roles) = search.roles.as_ref().filter(|r| !r.is_empty()) {
+            let list = self.list(roles);
+            sql.push_str(&format!(" AND m.role IN {list}"));
+        }
+        if let Some(session) = &search.session_id {
+            let id = self.bind(SqlValue::Text(session.clone()));
+            sql.push_str(&format!(" AND m.session_id = {id}"));
+            if let Some(table) = index {
+                // The index is read from the session's first row to its last,
+                // not whole.
+                sql.push_str(&format!(
+                    " AND {table}.rowid >= (SELECT MIN(id) FROM messages WHERE session_id = {id})
+                      AND {table}.rowid <= (SELECT MAX(id) FROM messages WHERE session_id = {id})"
+                ));
+            }
+        }
+        sql
+    }
+
+    /// `LIMIT ?a OFFSET ?b` of the search's page.
+    fn page(&mut self, search: &Search) -> String {
+        let limit = self.bind(SqlValue::Integer(search.limit));
+        let offset = self.bind(SqlValue::Integer(search.offset));
+        format!("LIMIT {limit} OFFSET {offset}")
+    }
+}
 
 /// The hits of `inner` (a page of hits with `hit_rank`), in `order`, each
 /// with the role and content of the messages before and after it in its
@@ -56,93 +127,91 @@ fn with_context(inner: &str, order: &str) -> String {
     )
 }
 
-fn json_list(list: &Option<Vec<String>>) -> SqlValue {
-    match list {
-        Some(items) => SqlValue::Text(serde_json::to_string(items).unwrap_or_default()),
-        None => SqlValue::Null,
-    }
-}
-
-/// `?2` to `?6` of [`FILTERS`].
-fn filter_params(search: &Search) -> Vec<SqlValue> {
-    let roles = search.roles.as_ref().filter(|r| !r.is_empty()).cloned();
-    vec![
-        SqlValue::Integer(search.include_inactive.into()),
-        json_list(&search.sources),
-        json_list(&search.exclude_sources),
-        json_list(&roles),
-        search
-            .session_id
-            .clone()
-            .map_or(SqlValue::Null, SqlValue::Text),
-    ]
-}
-
-/// A page of hits from the FTS5 index `table`.
-fn index_search(table: &str, order: SearchOrder) -> String {
-    let (inner_order, outer_order) = match order {
-        SearchOrder::Rank => ("rank", "h.hit_rank"),
-        SearchOrder::Newest => ("m.timestamp DESC, rank", "h.timestamp DESC, h.hit_rank"),
-        SearchOrder::Oldest => ("m.timestamp ASC, rank", "h.timestamp ASC, h.hit_rank"),
+/// A page of hits from the FTS5 index `table` for the FTS5 query `fts5`.
+///
+/// Best match first, FTS5 ranks every match and the page is the first that
+/// pass the filters (equal ranks in id order). Ranking only the rows the
+/// filters admit instead joins every match with its message first, which
+/// costs more than the ranking unless the matches are most of the messages.
+fn index_search(table: &str, fts5: String, search: &Search) -> (String, Vec<SqlValue>) {
+    let mut st = Statement { params: Vec::new() };
+    let query = st.bind(SqlValue::Text(fts5));
+    let filters = st.filters(search, Some(table));
+    let (inner_order, outer_order) = match search.order {
+        SearchOrder::Rank => ("rank", "h.hit_rank, h.id"),
+        SearchOrder::Newest => (
+            "m.timestamp DESC, hit_rank, m.id",
+            "h.timestamp DESC, h.hit_rank, h.id",
+        ),
+        SearchOrder::Oldest => (
+            "m.timestamp ASC, hit_rank, m.id",
+            "h.timestamp ASC, h.hit_rank, h.id",
+        ),
     };
+    let page = st.page(search);
     let inner = format!(
         "SELECT m.id, snippet({table}, 0, '>>>', '<<<', '...', 40) AS snippet, {HIT_COLUMNS},
                 {table}.rank AS hit_rank
          FROM {table}
          JOIN messages m ON m.id = {table}.rowid
          JOIN sessions s ON s.id = m.session_id
-         WHERE {table} MATCH ?1 AND {FILTERS}
-         ORDER BY {inner_order} LIMIT ?7 OFFSET ?8"
+         WHERE {table} MATCH {query}{filters}
+         ORDER BY {inner_order} {page}"
     );
-    with_context(&inner, outer_order)
+    (with_context(&inner, outer_order), st.params)
 }
 
 /// A page of hits from a substring scan for `terms` (newest first), with
-/// the text around the first term as the snippet; and its parameters after
-/// `?1` to `?8`.
-fn substring_search(terms: &Terms) -> (String, Vec<SqlValue>) {
-    let mut params = Vec::new();
+/// the indexed text around the first term as the snippet (a tool call's
+/// row has no content).
+fn substring_search(terms: &Terms, search: &Search) -> (String, Vec<SqlValue>) {
+    let mut st = Statement { params: Vec::new() };
+    let first = st.bind(SqlValue::Text(terms.0[0].1.text.clone()));
     let found = match terms.expr(|_| true) {
-        Some(expr) => substring_condition(terms, &expr, &mut params),
+        Some(expr) => substring_condition(terms, &expr, &mut st),
         None => "0".to_owned(),
     };
+    let filters = st.filters(search, None);
+    let page = st.page(search);
     let inner = format!(
-        "SELECT m.id, substr(m.content, max(1, instr(m.content, ?1) - 40), 120) AS snippet,
+        "SELECT m.id, substr({INDEXED_TEXT}, max(1, instr({INDEXED_TEXT}, {first}) - 40), 120) AS snippet,
                 {HIT_COLUMNS}, 0 AS hit_rank
          FROM messages m
          JOIN sessions s ON s.id = m.session_id
-         WHERE {found} AND {FILTERS}
-         ORDER BY m.timestamp DESC, m.id DESC LIMIT ?7 OFFSET ?8"
+         WHERE {found}{filters}
+         ORDER BY m.timestamp DESC, m.id DESC {page}"
     );
-    (with_context(&inner, "h.timestamp DESC, h.id DESC"), params)
+    (
+        with_context(&inner, "h.timestamp DESC, h.id DESC"),
+        st.params,
+    )
 }
 
 /// `expr` as a condition on `m` that each term's text is found in a message,
-/// its patterns appended to `params` (numbered after `?8`).
-fn substring_condition(terms: &Terms, expr: &Expr, params: &mut Vec<SqlValue>) -> String {
+/// its patterns bound in `st`.
+fn substring_condition(terms: &Terms, expr: &Expr, st: &mut Statement) -> String {
     let mut all = |parts: &[Expr], joint: &str| {
         let parts: Vec<String> = parts
             .iter()
-            .map(|part| substring_condition(terms, part, params))
+            .map(|part| substring_condition(terms, part, st))
             .collect();
         format!("({})", parts.join(joint))
     };
     match expr {
         Expr::Term(i) => {
-            params.push(SqlValue::Text(Terms::like_pattern(&terms.0[*i].1.text)));
-            let n = params.len() + 8;
+            let n = st.bind(SqlValue::Text(Terms::like_pattern(&terms.0[*i].1.text)));
             // Never NULL, so that NOT of it holds for a row without the text.
             format!(
-                "COALESCE(m.content LIKE ?{n} ESCAPE '\\' OR m.tool_name LIKE ?{n} ESCAPE '\\'
-                  OR m.tool_calls LIKE ?{n} ESCAPE '\\', 0)"
+                "COALESCE(m.content LIKE {n} ESCAPE '\\' OR m.tool_name LIKE {n} ESCAPE '\\'
+                  OR m.tool_calls LIKE {n} ESCAPE '\\', 0)"
             )
         }
         Expr::All(parts) => all(parts, " AND "),
         Expr::Any(parts) => all(parts, " OR "),
         Expr::Without(kept, excluded) => format!(
             "({} AND NOT {})",
-            substring_condition(terms, kept, params),
-            substring_condition(terms, excluded, params)
+            substring_condition(terms, kept, st),
+            substring_condition(terms, excluded, st)
         ),
     }
 }
@@ -156,35 +225,17 @@ impl SqliteBackend {
             )?
             .exists([])
         })?;
-        let (sql, first, extra) = match terms.route(trigrams) {
+        let (sql, params) = match terms.route(trigrams) {
             Route::Words => {
                 let words = terms.words();
                 if words.is_empty() {
                     return Ok(Table::new(Vec::<String>::new().into()));
                 }
-                (
-                    index_search("messages_fts", search.order),
-                    words.fts5(),
-                    Vec::new(),
-                )
+                index_search("messages_fts", words.fts5(), search)
             }
-            Route::Trigrams => (
-                index_search("messages_fts_trigram", search.order),
-                terms.fts5(),
-                Vec::new(),
-            ),
-            Route::Substrings => {
-                let (sql, extra) = substring_search(&terms);
-                (sql, terms.0[0].1.text.clone(), extra)
-            }
+            Route::Trigrams => index_search("messages_fts_trigram", terms.fts5(), search),
+            Route::Substrings => substring_search(&terms, search),
         };
-        let mut params = vec![SqlValue::Text(first)];
-        params.extend(filter_params(search));
-        params.extend([
-            SqlValue::Integer(search.limit),
-            SqlValue::Integer(search.offset),
-        ]);
-        params.extend(extra);
         // Every row committed before the search is found: pending ranges
         // are indexed first. If that fails (locked past the budget, disk
         // full), the search answers from the index as it is: missing the

@@ -34,6 +34,7 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use rusqlite::config::DbConfig;
+use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension};
 
 use super::schema;
@@ -167,21 +168,29 @@ impl IndexPlan {
     /// updated or deleted in the open transaction, in line with them, as
     /// the update and delete triggers would: the old text out, the text of
     /// the rows that still exist in. With triggers on, they did it already.
-    pub fn reindex_rows(&self, conn: &Connection, ids: &str) -> rusqlite::Result<()> {
+    pub fn reindex_rows(&self, conn: &Connection, ids: &str, rows: usize) -> rusqlite::Result<()> {
         if !self.self_fill {
             return Ok(());
         }
         for table in &self.tables {
-            conn.prepare_cached(&format!(
-                "DELETE FROM {table} WHERE rowid IN (SELECT value FROM json_each(?1))"
-            ))?
-            .execute([ids])?;
-            conn.prepare_cached(&format!(
-                "INSERT INTO {table}(rowid, content)
-                 SELECT id, {INDEXED_TEXT} FROM messages
-                 WHERE id IN (SELECT value FROM json_each(?1))"
-            ))?
-            .execute([ids])?;
+            let reindex = || -> rusqlite::Result<()> {
+                conn.prepare_cached(&format!(
+                    "DELETE FROM {table} WHERE rowid IN (SELECT value FROM json_each(?1))"
+                ))?
+                .execute([ids])?;
+                conn.prepare_cached(&format!(
+                    "INSERT INTO {table}(rowid, content)
+                     SELECT id, {INDEXED_TEXT} FROM messages
+                     WHERE id IN (SELECT value FROM json_each(?1))"
+                ))?
+                .execute([ids])
+                .map(drop)
+            };
+            if rows >= ONE_SEGMENT_ROWS {
+                in_one_segment(conn, table, reindex)?;
+            } else {
+                reindex()?;
+            }
         }
         Ok(())
     }
@@ -246,6 +255,58 @@ impl IndexPlan {
         conn.prepare_cached("SELECT 1 FROM hermes_fts_pending WHERE first_id <= ?1")?
             .exists([up_to])
     }
+}
+
+/// Re-indexing this many rows or more is written [`in_one_segment`].
+pub const ONE_SEGMENT_ROWS: usize = 1000;
+
+/// The FTS5 settings [`in_one_segment`] changes for its work, and their
+/// defaults (`FTS5_DEFAULT_AUTOMERGE`, `FTS5_DEFAULT_HASHSIZE`).
+const ONE_SEGMENT_SETTINGS: [(&str, i64, i64); 2] =
+    [("automerge", 0, 4), ("hashsize", 64 << 20, 1 << 20)];
+
+/// Runs `work` (many rows into or out of the FTS5 index `table`, in the open
+/// transaction) so that its changes go into one new segment, left for the
+/// merging FTS5 does on later writes. With the index's defaults FTS5 writes
+/// a segment per megabyte of changes and merges segments after each one: for
+/// the 10,000 messages of a long session that merging rewrote the index again
+/// and again, three quarters of deleting it. The index stays exact (deleted
+/// rows are marked deleted in the new segment). The settings are FTS5's own,
+/// kept in `{table}_config`: each is put back as the file had it (a default
+/// left implicit is set, so this connection has it, and its row removed), so
+/// other programs see the file's settings, before or after the commit.
+fn in_one_segment(
+    conn: &Connection,
+    table: &str,
+    work: impl FnOnce() -> rusqlite::Result<()>,
+) -> rusqlite::Result<()> {
+    let set = |key: &str, value: &SqlValue| {
+        conn.prepare_cached(&format!(
+            "INSERT INTO {table}({table}, rank) VALUES (?1, ?2)"
+        ))?
+        .execute(rusqlite::params![key, value])
+        .map(drop)
+    };
+    let mut saved = Vec::new();
+    for (key, value, _) in ONE_SEGMENT_SETTINGS {
+        let had: Option<SqlValue> = conn
+            .prepare_cached(&format!("SELECT v FROM {table}_config WHERE k = ?1"))?
+            .query_row([key], |r| r.get(0))
+            .optional()?;
+        set(key, &SqlValue::Integer(value))?;
+        saved.push((key, had));
+    }
+    work()?;
+    // Setting a value flushes the pending changes first (FTS5 writes them out
+    // at the start of each statement), still under the settings above.
+    for ((key, had), (_, _, default)) in saved.into_iter().zip(ONE_SEGMENT_SETTINGS) {
+        set(key, had.as_ref().unwrap_or(&SqlValue::Integer(default)))?;
+        if had.is_none() {
+            conn.prepare_cached(&format!("DELETE FROM {table}_config WHERE k = ?1"))?
+                .execute([key])?;
+        }
+    }
+    Ok(())
 }
 
 /// Every trigger in the file and each index table of [`KNOWN_INDEXES`] there,
@@ -382,7 +443,7 @@ mod tests {
     use super::super::test_support::*;
     use super::*;
     use crate::model::NewMessage;
-    use crate::store::{Assign, Backend, Filter, Relation, Update, WriteOp};
+    use crate::store::{Assign, Backend, Delete, Filter, Relation, Update, WriteOp, WriteOut};
 
     #[test]
     fn own_rows_are_indexed_exactly_as_the_trigger_would() {
@@ -641,5 +702,54 @@ mod tests {
         );
         index_now(&db);
         assert_eq!(indexed_rows(&db), limit + 200);
+    }
+
+    #[test]
+    fn deleting_a_long_session_keeps_both_indexes_exact_and_the_settings_as_they_were() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        create(&db, "long");
+        create(&db, "short");
+        let long = ONE_SEGMENT_ROWS + 500;
+        append(&db, "long", long).unwrap();
+        append_text(&db, "short", "the kept heron");
+        index_now(&db);
+        let other = Connection::open(dir.path().join("state.db")).unwrap();
+        // Another program's own setting of the word index stays as it was.
+        other
+            .execute_batch("INSERT INTO messages_fts(messages_fts, rank) VALUES ('automerge', 8)")
+            .unwrap();
+        let gone = Delete {
+            relation: Relation::Messages,
+            filter: Filter::eq("session_id", "long"),
+        };
+        assert_eq!(
+            db.write(WriteOp::Delete(gone)).unwrap(),
+            WriteOut::Rows(long as u64)
+        );
+        let settings = |table: &str| -> Vec<(String, i64)> {
+            other
+                .prepare(&format!(
+                    "SELECT k, v FROM {table}_config WHERE k != 'version' ORDER BY k"
+                ))
+                .unwrap()
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap()
+        };
+        for table in ["messages_fts", "messages_fts_trigram"] {
+            // FTS5's own check that the index holds exactly the rows' text.
+            other
+                .execute_batch(&format!(
+                    "INSERT INTO {table}({table}) VALUES ('integrity-check')"
+                ))
+                .unwrap();
+            assert_eq!(count(&other, &format!("SELECT COUNT(*) FROM {table}")), 1);
+        }
+        assert_eq!(settings("messages_fts"), vec![("automerge".into(), 8)]);
+        assert_eq!(settings("messages_fts_trigram"), vec![]);
+        assert!(search_ids(&db, "m7").is_empty());
+        assert_eq!(search_ids(&db, "heron").len(), 1);
     }
 }

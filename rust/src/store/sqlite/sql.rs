@@ -39,6 +39,10 @@ impl ToSql for Value {
     }
 }
 
+/// The characters Python's `str.strip()` takes off (`str.isspace`), as
+/// SQLite's `char(...)`: a preview is stripped as hermes-agent strips it.
+const PYTHON_WHITESPACE: &str = "char(9, 10, 11, 12, 13, 28, 29, 30, 31, 32, 133, 160, 5760, 8192, 8193, 8194, 8195, 8196, 8197, 8198, 8199, 8200, 8201, 8202, 8232, 8233, 8239, 8287, 12288)";
+
 /// SQL text and the values it binds, written straight into one buffer (a
 /// generic operation's statement is built on every call, so it is built
 /// without temporaries).
@@ -134,11 +138,12 @@ impl<'v> Sql<'v> {
     }
 
     /// One row of `import`, its values bound by the caller in column order
-    /// (`?1`...); a row whose key is there already is left as it is.
+    /// (one `?` each); a row whose key is there already is left as it is.
     pub fn import(import: &Import) -> Self {
         let mut sql = Sql::new();
+        let relation = import.relation;
         sql.push("INSERT INTO ");
-        sql.push(import.relation.name());
+        sql.push(relation.name());
         sql.push(" (");
         for (n, column) in import.columns.iter().enumerate() {
             sql.comma(n);
@@ -147,10 +152,10 @@ impl<'v> Sql<'v> {
         sql.push(") VALUES (");
         for n in 0..import.columns.len() {
             sql.comma(n);
-            sql.push(&format!("?{}", n + 1));
+            sql.push("?");
         }
         sql.push(") ON CONFLICT (");
-        for (n, column) in import.relation.key().iter().enumerate() {
+        for (n, column) in relation.key().iter().enumerate() {
             sql.comma(n);
             sql.ident(column);
         }
@@ -299,12 +304,14 @@ impl<'v> Sql<'v> {
                 // Cut first: a line break becomes one space, so the same 63
                 // characters, without rewriting the whole message.
                 self.push(
-                    "COALESCE((SELECT REPLACE(REPLACE(SUBSTR(m.content, 1, 63), X'0A', ' '), X'0D', ' ') \
-                     FROM messages m WHERE m.session_id = ",
+                    "COALESCE((SELECT CASE WHEN LENGTH(p) > 60 THEN SUBSTR(p, 1, 60) || '...' ELSE p END \
+                     FROM (SELECT TRIM(REPLACE(REPLACE(SUBSTR(m.content, 1, 63), X'0A', ' '), X'0D', ' '), ",
                 );
+                self.push(PYTHON_WHITESPACE);
+                self.push(") AS p FROM messages m WHERE m.session_id = ");
                 self.column(alias, "id");
                 self.push(
-                    " AND m.role = 'user' AND m.content IS NOT NULL ORDER BY m.timestamp, m.id LIMIT 1), '')",
+                    " AND m.role = 'user' AND m.content IS NOT NULL ORDER BY m.timestamp, m.id LIMIT 1)), '')",
                 );
             }
             Term::Derived(Derived::LastActive) => {

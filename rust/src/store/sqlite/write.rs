@@ -205,7 +205,7 @@ impl SqliteBackend {
         if reindex {
             let ids: Vec<i64> = rows.iter().map(|(id, _)| *id).collect();
             let ids = serde_json::to_string(&ids).expect("ids serialize");
-            index.reindex_rows(conn, &ids).at(at)?;
+            index.reindex_rows(conn, &ids, rows.len()).at(at)?;
         }
         if recount {
             let mut sessions: Vec<&str> = rows.iter().map(|(_, s)| s.as_str()).collect();
