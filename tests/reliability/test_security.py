@@ -375,8 +375,6 @@ REVIEWED_SQL_FORMATS = {
         "test code: a table name literal of the test ('w' or 't')",
     ("tokenizer.rs", "SELECT doc, term, offset FROM {table}_v ORDER BY doc, offset"):
         "test code: a table name literal of the test ('w' or 't')",
-    ("mend.rs", "PRAGMA integrity_check({MAX_FINDINGS})"):
-        "the constant MAX_FINDINGS (an integer)",
 }
 #: The typed operations' SQL (store/sqlite/sql.rs) is written piece by piece, not with
 #: format!: every name goes through Sql::ident (quoted, after the column check), every value
