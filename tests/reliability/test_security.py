@@ -310,19 +310,41 @@ REVIEWED_SQL_FORMATS = {
         "string literals",
     ("search.rs", "SELECT m.id, snippet({table}, 0, '>>>', '<<<', '...', 40) AS snippet, "
                   "{HIT_COLUMNS}, {table}.rank AS hit_rank FROM {table} JOIN messages m ON m.id = "
-                  "{table}.rowid JOIN sessions s ON s.id = m.session_id WHERE {table} MATCH ?1 AND "
-                  "{FILTERS} ORDER BY {inner_order} LIMIT ?7 OFFSET ?8"):
-        "a literal index table name; the constants HIT_COLUMNS and FILTERS; an order of "
-        "string literals (the query itself is bound, ?1)",
-    ("search.rs", "SELECT m.id, substr({INDEXED_TEXT}, max(1, instr({INDEXED_TEXT}, ?1) - 40), "
-                  "120) AS snippet, {HIT_COLUMNS}, 0 AS hit_rank FROM messages m JOIN sessions s "
-                  "ON s.id = m.session_id WHERE {found} AND {FILTERS} ORDER BY m.timestamp DESC, "
-                  "m.id DESC LIMIT ?7 OFFSET ?8"):
-        "the constants INDEXED_TEXT, HIT_COLUMNS and FILTERS; the term conditions below joined "
-        "by AND / OR / AND NOT (or the literal 0)",
-    ("search.rs", "COALESCE(m.content LIKE ?{n} ESCAPE '\\\\' OR m.tool_name LIKE ?{n} ESCAPE "
-                  "'\\\\' OR m.tool_calls LIKE ?{n} ESCAPE '\\\\', 0)"):
-        "a parameter number (each term's pattern is bound)",
+                  "{table}.rowid JOIN sessions s ON s.id = m.session_id WHERE {table} MATCH {query}"
+                  "{filters} ORDER BY {inner_order} {page}"):
+        "a literal index table name; the constant HIT_COLUMNS; parameter names ({query}, the "
+        "filters', the page's: Statement::bind returns ?N); an order of string literals",
+    ("search.rs", " AND {table}.rowid >= (SELECT MIN(id) FROM messages WHERE session_id = {id}) "
+                  "AND {table}.rowid <= (SELECT MAX(id) FROM messages WHERE session_id = {id})"):
+        "a literal index table name; a parameter name (the session id is bound)",
+    ("search.rs", "(SELECT value FROM json_each({}))"):
+        "a parameter name (a long list is bound as one JSON array)",
+    ("search.rs", "(SELECT n.id FROM messages n WHERE n.session_id = h.session_id AND "
+                  "(n.timestamp, n.id) {cmp} (h.timestamp, h.id) ORDER BY n.timestamp {dir}, "
+                  "n.id {dir} LIMIT 1)"):
+        "string literals: '<' or '>', 'ASC' or 'DESC'",
+    ("search.rs", "SELECT m.id, substr({INDEXED_TEXT}, max(1, instr({INDEXED_TEXT}, {first}) - "
+                  "40), 120) AS snippet, {HIT_COLUMNS}, 0 AS hit_rank FROM messages m JOIN "
+                  "sessions s ON s.id = m.session_id WHERE {found}{filters} ORDER BY m.timestamp "
+                  "DESC, m.id DESC {page}"):
+        "the constants INDEXED_TEXT and HIT_COLUMNS; parameter names; the term conditions below "
+        "joined by AND / OR / AND NOT (or the literal 0); the filters' terms (columns and "
+        "parameter names)",
+    ("search.rs", "COALESCE(m.content LIKE {n} ESCAPE '\\\\' OR m.tool_name LIKE {n} ESCAPE "
+                  "'\\\\' OR m.tool_calls LIKE {n} ESCAPE '\\\\', 0)"):
+        "a parameter name (each term's pattern is bound)",
+    ("search_index.rs", "INSERT INTO {table}({table}, rank) VALUES (?1, ?2)"):
+        "a table name from the constant KNOWN_INDEXES (the setting and its value are bound)",
+    ("search_index.rs", "SELECT v FROM {table}_config WHERE k = ?1"):
+        "a table name from the constant KNOWN_INDEXES",
+    ("search_index.rs", "DELETE FROM {table}_config WHERE k = ?1"):
+        "a table name from the constant KNOWN_INDEXES",
+    ("search_index.rs", "SELECT k, v FROM {table}_config WHERE k != 'version' ORDER BY k"):
+        "a test's literal table names",
+    ("search_index.rs", "INSERT INTO {table}({table}) VALUES ('integrity-check')"):
+        "a test's literal table names",
+    ("search_index.rs", "SELECT COUNT(*) FROM {table}"):
+        "a test's literal table names",
     ("search.rs", "WITH hits AS ( SELECT m.id, m.session_id, m.role, m.content, m.tool_name, "
                   "m.tool_calls, m.timestamp, s.source, s.model, s.started_at AS session_started, "
                   "s.title, {rank} AS hit_rank FROM hermes_search x JOIN messages m ON m.id = "
@@ -366,6 +388,7 @@ REVIEWED_SQL_PIECES = {
     "match": "a match whose arms are string literals",
     "key": "Sql::marker's JSON key, a &'static str: string literals at each call",
     "aggregate": "Sql::chain's aggregate, a &'static str: string literals at each call",
+    "PYTHON_WHITESPACE": "a constant: SQLite's char(...) of Python's white space characters",
 }
 _SQL_WORDS = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|ALTER|CREATE|DROP|PRAGMA|SET|"
                         r"VALUES|WHERE|COALESCE)\b")

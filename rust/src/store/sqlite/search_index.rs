@@ -290,7 +290,7 @@ fn in_one_segment(
     let mut saved = Vec::new();
     for (key, value, _) in ONE_SEGMENT_SETTINGS {
         let had: Option<SqlValue> = conn
-            .prepare_cached(&format!("SELECT v FROM \"{table}_config\" WHERE k = ?1"))?
+            .prepare_cached(&format!("SELECT v FROM {table}_config WHERE k = ?1"))?
             .query_row([key], |r| r.get(0))
             .optional()?;
         set(key, &SqlValue::Integer(value))?;
@@ -302,7 +302,7 @@ fn in_one_segment(
     for ((key, had), (_, _, default)) in saved.into_iter().zip(ONE_SEGMENT_SETTINGS) {
         set(key, had.as_ref().unwrap_or(&SqlValue::Integer(default)))?;
         if had.is_none() {
-            conn.prepare_cached(&format!("DELETE FROM \"{table}_config\" WHERE k = ?1"))?
+            conn.prepare_cached(&format!("DELETE FROM {table}_config WHERE k = ?1"))?
                 .execute([key])?;
         }
     }
