@@ -100,7 +100,7 @@ bench-gateway: hermes-python peers
 
 # The flush, 50 conversations, the reads and search over 1M messages on a throwaway PostgreSQL 15
 # with fsync on (scripts/postgres), ours vs SQLAlchemySession and PostgresSaver and the
-# one-statement floor (~35 min; QUICK=1 ~4 min): target/bench/results/postgres.json and its
+# one-statement floor (~30 min; QUICK=1 ~4 min): target/bench/results/postgres.json and its
 # section (PUBLISH=1: benches/results/postgres.json, in BENCHMARKS.md after `make bench-report`).
 bench-postgres: hermes-python peers-postgres
 	HERMES_POSTGRES_DURABLE=1 scripts/postgres $(HERMES_PYTHON) benches/run.py --postgres \

@@ -123,6 +123,8 @@ class Report:
             "make bench-gateway  # the gateway's per-turn overhead (~1 min)",
             "make bench-cli      # hermes sessions list/stats/search/export/prune on 100k sessions (~45 min)",
             "scripts/postgres make bench-migrate   # hermes migrate of 100k messages, file and PostgreSQL (~10 min)",
+            "make bench-postgres # the flushes, 50 conversations, reads, 1M-message search on a PostgreSQL",
+            "                    # with fsync on, vs SQLAlchemySession and PostgresSaver (~30 min; QUICK=1)",
             "make bench-rust     # cargo bench: criterion benches of the Rust core, and the floor",
             "make interop        # the file-compatibility tests against the real hermes-agent 0.19.0",
             "python benches/report.py benches/results/<file>.json   # re-render a stored run into BENCHMARKS.md",

@@ -298,10 +298,6 @@ REVIEWED_SQL_FORMATS = {
     ("schema.rs", "INSERT INTO messages_fts_trigram(rowid, content) SELECT id, {INDEXED_TEXT} "
                   "FROM messages"):
         "the constant INDEXED_TEXT",
-    ("search.rs", "(SELECT n.id FROM messages n WHERE n.session_id = h.session_id AND (n.timestamp "
-                  "{cmp} h.timestamp OR (n.timestamp = h.timestamp AND n.id {cmp} h.id)) ORDER BY "
-                  "n.timestamp {dir}, n.id {dir} LIMIT 1)"):
-        "string literals: '<' or '>', 'ASC' or 'DESC'",
     ("search.rs", "SELECT h.*, b.role AS before_role, b.content AS before_content, a.role AS "
                   "after_role, a.content AS after_content FROM (SELECT h.*, {before} AS before_id, "
                   "{after} AS after_id FROM ({inner}) h) h LEFT JOIN messages b ON b.id = "
@@ -315,6 +311,10 @@ REVIEWED_SQL_FORMATS = {
         "a literal index table name; the constant HIT_COLUMNS; the filters and page of "
         "Statement (literal clauses and bound parameters); an order of string literals (the "
         "query itself is bound)",
+    ("search.rs", "(SELECT n.id FROM messages n WHERE n.session_id = h.session_id AND "
+                  "(n.timestamp, n.id) {cmp} (h.timestamp, h.id) ORDER BY n.timestamp {dir}, "
+                  "n.id {dir} LIMIT 1)"):
+        "string literals: '<' or '>', 'ASC' or 'DESC'",
     ("search.rs", "SELECT m.id, substr({INDEXED_TEXT}, max(1, instr({INDEXED_TEXT}, {first}) - "
                   "40), 120) AS snippet, {HIT_COLUMNS}, 0 AS hit_rank FROM messages m JOIN "
                   "sessions s ON s.id = m.session_id WHERE {found}{filters} ORDER BY m.timestamp "
@@ -375,8 +375,6 @@ REVIEWED_SQL_FORMATS = {
         "test code: a table name literal of the test ('w' or 't')",
     ("tokenizer.rs", "SELECT doc, term, offset FROM {table}_v ORDER BY doc, offset"):
         "test code: a table name literal of the test ('w' or 't')",
-    ("mend.rs", "PRAGMA integrity_check({MAX_FINDINGS})"):
-        "the constant MAX_FINDINGS (an integer)",
 }
 #: The typed operations' SQL (store/sqlite/sql.rs) is written piece by piece, not with
 #: format!: every name goes through Sql::ident (quoted, after the column check), every value

@@ -20,8 +20,8 @@ use super::error::At;
 use crate::error::{Error, Result, StorageKind};
 use crate::store::Location;
 
-/// What `PRAGMA integrity_check` lists at most.
-const MAX_FINDINGS: u32 = 20;
+/// The check, listing 20 findings at most.
+const INTEGRITY_CHECK: &str = "PRAGMA integrity_check(20)";
 
 /// How a file was mended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +51,7 @@ pub fn problems(path: &Path) -> Result<Vec<String>> {
 fn findings(conn: &Connection) -> rusqlite::Result<Vec<String>> {
     // The first statement reads the whole schema: a malformed one fails here.
     conn.query_row("PRAGMA schema_version", [], |r| r.get::<_, i64>(0))?;
-    let mut check = conn.prepare(&format!("PRAGMA integrity_check({MAX_FINDINGS})"))?;
+    let mut check = conn.prepare(INTEGRITY_CHECK)?;
     let rows = check.query_map([], |r| r.get::<_, String>(0))?;
     rows.filter(|row| !matches!(row, Ok(line) if line == "ok"))
         .collect()
