@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from hermes.cli.output import when
-from hermes.cli.transcripts import Transcript, content_text
+from hermes.cli.transcripts import Format, Transcript, content_text
 
 _STYLE = """
 body { font: 15px/1.5 system-ui, sans-serif; margin: 0 auto; max-width: 60rem; padding: 1rem;
@@ -63,9 +63,7 @@ def _anchor(session_id: str) -> str:
         for char in session_id)
 
 
-class HtmlPage:
-    wants_rows = False
-
+class HtmlPage(Format):
     def begin(self, sessions: Sequence[dict[str, Any]]) -> str:
         if len(sessions) == 1:
             only = sessions[0]

@@ -15,22 +15,17 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 from hermes import __version__
-from hermes.cli.transcripts import Transcript, content_text, iso_time
+from hermes.cli.transcripts import Format, Transcript, content_text, iso_time, json_line
 
 # Turn ids: uuid5 of "<session id>/<turn number>" in this namespace.
 _TURNS = uuid.UUID("3f7d9a52-8a43-4f4e-9b57-0c2b5e3d6a10")
 
 
-class Trace:
-    wants_rows = False
-
-    def begin(self, sessions: Sequence[dict[str, Any]]) -> str:
-        return ""
-
+class Trace(Format):
     def session(self, transcript: Transcript, index: int) -> Iterator[str]:
         session = transcript.session
         common = {"isSidechain": False, "userType": "external",
@@ -48,10 +43,7 @@ class Trace:
                         session.get("started_at")),
                     **_turn(message, session.get("model") or "unknown")}
             parent = turn
-            yield json.dumps(line, ensure_ascii=False, default=str) + "\n"
-
-    def end(self) -> str:
-        return ""
+            yield json_line(line)
 
 
 def _turn(message: dict[str, Any], model: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from hermes.cli.output import when
 
@@ -38,18 +38,24 @@ class Transcript:
     messages: list[dict[str, Any]]
 
 
-class Format(Protocol):
+class Format:
+    """An export format; one that writes nothing around its sessions keeps ``begin`` and
+    ``end`` as they are here."""
+
     #: Whether ``Transcript.messages`` must be the store's export rows (every column).
-    wants_rows: bool
+    wants_rows = False
 
     def begin(self, sessions: Sequence[dict[str, Any]]) -> str:
         """What the document starts with; ``sessions`` are the rows about to be exported."""
+        return ""
 
     def session(self, transcript: Transcript, index: int) -> Iterator[str]:
         """The pieces of the ``index``-th session (0 first): one a message, at least one."""
+        raise NotImplementedError
 
     def end(self) -> str:
         """What the document ends with."""
+        return ""
 
 
 def heading(session: dict[str, Any]) -> list[tuple[str, str]]:
@@ -93,45 +99,31 @@ def iso_time(value: Any) -> str | None:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _json_line(value: Any) -> str:
+def json_line(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str) + "\n"
 
 
 # -- JSONL --------------------------------------------------------------------------------
 
 
-class MessageLines:
+class MessageLines(Format):
     """JSONL of one session's conversation: one OpenAI-style message a line."""
-
-    wants_rows = False
-
-    def begin(self, sessions: Sequence[dict[str, Any]]) -> str:
-        return ""
 
     def session(self, transcript: Transcript, index: int) -> Iterator[str]:
         if not transcript.messages:
             yield ""
         for message in transcript.messages:
-            yield _json_line(message)
-
-    def end(self) -> str:
-        return ""
+            yield json_line(message)
 
 
-class SessionLines:
+class SessionLines(Format):
     """JSONL of sessions, one a line with its ``messages``: hermes-agent's export form, which
     ``SessionDB.import_sessions`` (ours and hermes-agent's) reads back."""
 
     wants_rows = True
 
-    def begin(self, sessions: Sequence[dict[str, Any]]) -> str:
-        return ""
-
     def session(self, transcript: Transcript, index: int) -> Iterator[str]:
-        yield _json_line({**transcript.session, "messages": transcript.messages})
-
-    def end(self) -> str:
-        return ""
+        yield json_line({**transcript.session, "messages": transcript.messages})
 
 
 def user_prompts(transcript: Transcript) -> Iterator[dict[str, Any]]:
@@ -146,19 +138,11 @@ def user_prompts(transcript: Transcript) -> Iterator[dict[str, Any]]:
                "text": content_text(message.get("content"))}
 
 
-class PromptLines:
+class PromptLines(Format):
     """JSONL of the user's prompts: one record a line (``user_prompts``)."""
 
-    wants_rows = False
-
-    def begin(self, sessions: Sequence[dict[str, Any]]) -> str:
-        return ""
-
     def session(self, transcript: Transcript, index: int) -> Iterator[str]:
-        yield "".join(_json_line(record) for record in user_prompts(transcript))
-
-    def end(self) -> str:
-        return ""
+        yield "".join(json_line(record) for record in user_prompts(transcript))
 
 
 # -- Markdown -----------------------------------------------------------------------------
@@ -180,12 +164,10 @@ def _inline(text: str) -> str:
     return " ".join(str(text).split())
 
 
-class Markdown:
+class Markdown(Format):
     """A readable document: each session's heading, then its messages (tool output and tool
     calls fenced, session_meta rows as comments). Sessions follow one another, separated by
     a rule. ``front_matter`` makes it Quarto Markdown (``.qmd``): a YAML header first."""
-
-    wants_rows = False
 
     def __init__(self, *, front_matter: bool = False) -> None:
         self._front_matter = front_matter
@@ -216,9 +198,6 @@ class Markdown:
         for number, message in enumerate(transcript.messages):
             yield (header if number == 0 else "") + _markdown_message(message)
 
-    def end(self) -> str:
-        return ""
-
 
 def _markdown_message(message: dict[str, Any]) -> str:
     role = str(message.get("role"))
@@ -239,10 +218,8 @@ def _markdown_message(message: dict[str, Any]) -> str:
     return part
 
 
-class PromptMarkdown:
+class PromptMarkdown(Format):
     """The user's prompts as a document: a section a session, a heading a prompt."""
-
-    wants_rows = False
 
     def begin(self, sessions: Sequence[dict[str, Any]]) -> str:
         return "# User prompts\n"
@@ -259,9 +236,6 @@ class PromptMarkdown:
             part += f"\n### {prompt['index']}. {prompt['created_at'] or 'time unknown'}\n\n"
             part += f"{prompt['text']}\n"
         yield part
-
-    def end(self) -> str:
-        return ""
 
 
 def _meta_details(message: dict[str, Any]) -> dict[str, Any]:
