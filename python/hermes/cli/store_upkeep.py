@@ -123,11 +123,9 @@ def repair_store(args: argparse.Namespace) -> int:
     restore = f"restore the copy made first, {backup}" if backup else "restore a backup"
     try:
         with progress("repairing"):
-            mended, rebuilt = _mend(location, problems)
+            mended, rebuilt, left = _mend(location, problems)
     except StateDbError as exc:
         raise CommandError(f"{exc}; {restore}") from None
-    with progress("checking again"):
-        left = _problems(location)
     if left:
         raise CommandError(f"{location} is still damaged after the repair: {'; '.join(left)}; "
                            f"{restore}")
@@ -151,24 +149,28 @@ _MENDED = {
 }
 
 
-def _mend(path: Path, problems: list[str]) -> tuple[str, int]:
+def _mend(path: Path, problems: list[str]) -> tuple[str, int, list[str]]:
     """Mends what was found, least destructive first: the search index rebuilt in place; if
     the store cannot open the file or that was not enough, its schema mended (``mend_schema``)
     and the index rebuilt again. Returns what did it (``nothing`` was wrong,
-    ``search_index_rebuilt``, ``duplicates_removed``, ``search_index_dropped``) and how many
-    search indexes were rebuilt."""
+    ``search_index_rebuilt``, ``duplicates_removed``, ``search_index_dropped``), how many
+    search indexes were rebuilt, and what is still wrong (each step is checked once: a check
+    reads the whole file)."""
     from hermes.state import mend_schema
 
     if not problems:
-        return "nothing", _rebuild_search_index(path)
+        rebuilt = _rebuild_search_index(path)
+        return "nothing", rebuilt, _problems(path)
     try:
         rebuilt = _rebuild_search_index(path)
-        if not _problems(path):
-            return "search_index_rebuilt", rebuilt
+        left = _problems(path)
+        if not left:
+            return "search_index_rebuilt", rebuilt, left
     except StateDbError:
         pass  # a schema SQLite cannot read: no store opens the file
     how = mend_schema(path)
-    return how, _rebuild_search_index(path)
+    rebuilt = _rebuild_search_index(path)
+    return how, rebuilt, _problems(path)
 
 
 def _rebuild_search_index(path: Path) -> int:
