@@ -8,24 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.cli import HERMES, hermes, one_line_failure
 from support.processes import child_env
 
 from hermes.state import SessionDB
-
-HERMES = [sys.executable, "-m", "hermes.cli"]
-
-
-def hermes(home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*HERMES, *argv], env=child_env(home), capture_output=True,
-                          text=True, timeout=120, stdin=subprocess.DEVNULL)
-
-
-def one_line_failure(done: subprocess.CompletedProcess[str], status: int = 1) -> str:
-    """The single line a failed command printed (asserting that it is one)."""
-    assert done.returncode == status, (done.returncode, done.stderr)
-    assert "Traceback" not in done.stderr
-    assert done.stderr.count("\n") == 1 and done.stderr.startswith("hermes: "), done.stderr
-    return done.stderr.strip()
 
 
 @pytest.fixture

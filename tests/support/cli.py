@@ -37,6 +37,6 @@ def one_line_failure(done: subprocess.CompletedProcess[str], status: int = 1) ->
 
 def spawn(home: Path, *argv: str, timeout: float = 30) -> pexpect.spawn[str]:
     """``hermes ARGV`` on a pseudo-terminal of 40 x 200."""
-    return pexpect.spawn(sys.executable, ["-m", "hermes.cli", *argv],
+    return pexpect.spawn(HERMES[0], [*HERMES[1:], *argv],
                          env=child_env(home, PROMPT_TOOLKIT_NO_CPR="1"), encoding="utf-8",
                          timeout=timeout, dimensions=(40, 200))
