@@ -97,10 +97,11 @@ def add_commands(commands: Commands) -> None:
 
 def export_sessions(args: argparse.Namespace) -> int:
     ident = _ident(args)
+    several = ident is None
     filtered = session_filters.has_filters(args)
-    if ident is not None and filtered:
+    if not several and filtered:
         raise UsageError("export takes one session (ID) or filters, not both; drop one")
-    chosen = _format(args)
+    chosen = _format(args, several=several)
     with open_db(args) as db:
         if ident is not None:
             selection = [_find(db, ident)]
@@ -125,7 +126,6 @@ def export_sessions(args: argparse.Namespace) -> int:
             found = f"match ({what})" if filtered else "are stored"
             print(f"no sessions {found}; nothing exported", file=sys.stderr)
             return 0
-        several = ident is None
         if several and args.format == "trace":
             _export_to_directory(db, args, chosen, selection)
         else:
@@ -141,14 +141,14 @@ def _ident(args: argparse.Namespace) -> str | None:
     return given.pop() if given else None
 
 
-def _format(args: argparse.Namespace) -> Format:
-    """The format the flags ask for, or a ``UsageError`` for flags that do not go together."""
+def _format(args: argparse.Namespace, *, several: bool) -> Format:
+    """The format the flags ask for (``several``: for more than one session, no ID given),
+    or a ``UsageError`` for flags that do not go together."""
     if args.redact and args.no_redact:
         raise UsageError("--redact and --no-redact contradict each other; give one")
     if args.no_redact and args.format != "trace":
         raise UsageError("--no-redact is for --format trace (the only format redacted by "
                          "default); the others keep secrets unless --redact")
-    several = args.id is None and args.session_id is None
     if args.only:
         if args.format not in ("jsonl", "md"):
             raise UsageError(f"--only user-prompts writes jsonl or md, not {args.format}")
