@@ -173,14 +173,13 @@ class TopicBindings(StoreFace):
             ("=", "user_id", str(user_id)),
             ("not", ("in", "id", Select(_BINDINGS, "session_id"))),
         )
-        rows = self._store.query(
+        return self._store.query(
             "sessions",
             columns=["*", "preview", "last_active"],
             where=unbound,
             order_by=["-last_active", "-started_at"],
             limit=max(int(limit), 0),
         )
-        return rows
 
     def _binding(self, where: Filter) -> dict[str, Any] | None:
         rows = self._store.query(_BINDINGS, where=where, limit=1)
