@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -28,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib
 
 from benchlib import paths, protocol, record  # noqa: E402
 from benchlib.machine import code_identity  # noqa: E402
-from benchlib.stats import summary  # noqa: E402
+from benchlib.stats import percentile, ranked, summary  # noqa: E402
 
 ORDER = "ABBA"
 
@@ -70,15 +69,15 @@ def main() -> int:
                     cycle[side] += flushes(workers[side], sync, args.total)
                 pooled["A"] += cycle["A"]
                 pooled["B"] += cycle["B"]
-                cycle_ratios.append(statistics.median(cycle["B"]) / statistics.median(cycle["A"]))
+                cycle_ratios.append(percentile(cycle["B"], 0.5) / percentile(cycle["A"], 0.5))
             a, b = summary(pooled["A"]), summary(pooled["B"])
-            quartiles = statistics.quantiles(cycle_ratios, n=4, method="inclusive") if len(cycle_ratios) > 1 else cycle_ratios * 3
+            ordered = sorted(cycle_ratios)
             doc["results"][sync] = {"A": a, "B": b, "ratio_p50": b["p50_ms"] / a["p50_ms"],
                                     "cycle_ratios": cycle_ratios}
             print(f"{sync:6s} A p50 {a['p50_ms'] * 1e3:7.1f} µs p90 {a['p90_ms'] * 1e3:7.1f} µs | "
                   f"B p50 {b['p50_ms'] * 1e3:7.1f} µs p90 {b['p90_ms'] * 1e3:7.1f} µs | "
-                  f"B ÷ A {b['p50_ms'] / a['p50_ms']:.2f} (cycles: median {statistics.median(cycle_ratios):.2f}, "
-                  f"quartiles {quartiles[0]:.2f}-{quartiles[2]:.2f}); {a['n']} flushes each")
+                  f"B ÷ A {b['p50_ms'] / a['p50_ms']:.2f} (cycles: median {ranked(ordered, 0.5):.2f}, "
+                  f"quartiles {ranked(ordered, 0.25):.2f}-{ranked(ordered, 0.75):.2f}); {a['n']} flushes each")
     finally:
         for worker in workers.values():
             worker.close()
