@@ -18,17 +18,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib
 
-from benchlib import paths, protocol  # noqa: E402
-from benchlib.machine import code_identity, loadavg, machine  # noqa: E402
-from benchlib.stats import summary  # noqa: E402
+from benchlib import paths, protocol, record  # noqa: E402
+from benchlib.machine import code_identity  # noqa: E402
+from benchlib.stats import percentile, ranked, summary  # noqa: E402
 
 ORDER = "ABBA"
 
@@ -47,17 +46,15 @@ def main() -> int:
     ap.add_argument("--cycles", type=int, default=8, help="A B B A cycles per level")
     ap.add_argument("--total", type=int, default=400, help="messages per block (20 per flush)")
     ap.add_argument("--sync", default="FULL,NORMAL")
-    ap.add_argument("--out", type=Path, default=paths.results_dir(False) / "flush_ab.json")
+    ap.add_argument("--out", type=Path, default=None, help="the results file (default: flush_ab.json "
+                    "in target/bench/results/)")
     args = ap.parse_args()
 
+    started = time.monotonic()
     scratch = tempfile.mkdtemp(prefix="hermes-flush-ab-")
-    doc: dict[str, Any] = {
-        "command": " ".join(["python", "benches/flush_ab.py", *sys.argv[1:]]),
-        "machine": machine(Path(scratch)),
-        "code": {"A": code_identity(args.a), "B": code_identity(args.b)},
-        "loadavg_start": loadavg(),
-        "results": {},
-    }
+    doc = record.start("flush_ab", False, Path(scratch))
+    doc["code"] = {"A": code_identity(args.a), "B": code_identity(args.b)}
+    doc["results"] = {}
     cfg = json.dumps({"pool": 2 * args.total + 200, "workdir": scratch})
     workers = {side: protocol.Worker(python, paths.BENCHES / "driver.py", "--serve", "hermes", cfg, name=side)
                for side, python in (("A", args.a), ("B", args.b))}
@@ -72,22 +69,20 @@ def main() -> int:
                     cycle[side] += flushes(workers[side], sync, args.total)
                 pooled["A"] += cycle["A"]
                 pooled["B"] += cycle["B"]
-                cycle_ratios.append(statistics.median(cycle["B"]) / statistics.median(cycle["A"]))
+                cycle_ratios.append(percentile(cycle["B"], 0.5) / percentile(cycle["A"], 0.5))
             a, b = summary(pooled["A"]), summary(pooled["B"])
-            quartiles = statistics.quantiles(cycle_ratios, n=4, method="inclusive") if len(cycle_ratios) > 1 else cycle_ratios * 3
+            ordered = sorted(cycle_ratios)
             doc["results"][sync] = {"A": a, "B": b, "ratio_p50": b["p50_ms"] / a["p50_ms"],
                                     "cycle_ratios": cycle_ratios}
             print(f"{sync:6s} A p50 {a['p50_ms'] * 1e3:7.1f} µs p90 {a['p90_ms'] * 1e3:7.1f} µs | "
                   f"B p50 {b['p50_ms'] * 1e3:7.1f} µs p90 {b['p90_ms'] * 1e3:7.1f} µs | "
-                  f"B ÷ A {b['p50_ms'] / a['p50_ms']:.2f} (cycles: median {statistics.median(cycle_ratios):.2f}, "
-                  f"quartiles {quartiles[0]:.2f}-{quartiles[2]:.2f}); {a['n']} flushes each")
+                  f"B ÷ A {b['p50_ms'] / a['p50_ms']:.2f} (cycles: median {ranked(ordered, 0.5):.2f}, "
+                  f"quartiles {ranked(ordered, 0.25):.2f}-{ranked(ordered, 0.75):.2f}); {a['n']} flushes each")
     finally:
         for worker in workers.values():
             worker.close()
-    doc["loadavg_end"] = loadavg()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=1))
-    print(f"load average {doc['loadavg_start']} -> {doc['loadavg_end']}; results in {args.out}")
+    path = record.finish(doc, started, quick=False, out=args.out, publish=False, stem="flush_ab")
+    print(f"load average {doc['loadavg_start']} -> {doc['loadavg_end']}; results in {path}")
     return 0
 
 

@@ -26,11 +26,9 @@ messages, one round) about one.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,12 +38,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib and the workload
 
-from benchlib import paths, record  # noqa: E402
+from benchlib import paths, postgres, record  # noqa: E402
 from benchlib.render import table  # noqa: E402
+from benchlib.stats import merge  # noqa: E402
 
 RESULTS = paths.PUBLISHED_RESULTS / "migrate.json"
-PSQL = "/usr/lib/postgresql/15/bin/psql"
-_databases = itertools.count()
 
 
 def log(message: str, started: float) -> None:
@@ -65,19 +62,6 @@ def build(path: Path, sessions: int, per_session: int) -> dict[str, Any]:
                                                               (n + 1) * per_session))
     return {"sessions": sessions, "messages": sessions * per_session,
             "bytes": path.stat().st_size, "seconds": round(time.perf_counter() - t0, 1)}
-
-
-def psql(url: str, sql: str) -> str:
-    program = PSQL if os.path.exists(PSQL) else shutil.which("psql") or "psql"
-    done = subprocess.run([program, "-qAt", url, "-c", sql], capture_output=True, text=True,
-                          check=True)
-    return done.stdout.strip()
-
-
-def fresh_database(url: str) -> str:
-    name = f"hermes_bench_migrate_{os.getpid()}_{next(_databases)}"
-    psql(url, f"CREATE DATABASE {name}")
-    return f"{url.rsplit('/', 1)[0]}/{name}"
 
 
 def ours(source: str, target: str) -> dict[str, Any]:
@@ -142,7 +126,7 @@ def main() -> int:
         doc["store"] = build(source, 100 if args.quick else 1000, 100)
         log(f"source: {doc['store']}", started)
         if args.postgres_url:
-            doc["server"] = {setting: psql(args.postgres_url, f"SHOW {setting}")
+            doc["server"] = {setting: postgres.run(args.postgres_url, f"SHOW {setting}")
                              for setting in ("server_version", "fsync", "synchronous_commit")}
         samples: dict[str, list[dict[str, Any]]] = {}
         for n in range(rounds):
@@ -154,7 +138,7 @@ def main() -> int:
             steps.append(("file → file again (nothing new)",
                           lambda: ours(str(source), str(files[0]))))
             if args.postgres_url:
-                server = fresh_database(args.postgres_url)
+                server = postgres.fresh_database(args.postgres_url, "bench_migrate", "FULL")
                 steps += [("file → PostgreSQL", lambda: ours(str(source), server)),
                           ("file → PostgreSQL again (nothing new)",
                            lambda: ours(str(source), server)),
@@ -166,8 +150,10 @@ def main() -> int:
             for file in files:
                 for path in file.parent.glob(file.name + "*"):
                     path.unlink()
-        doc["results"] = {name: {key: statistics.median(s[key] for s in runs)
-                                 for key in runs[0] if key != "copied"}
+            if args.postgres_url:
+                postgres.drop_database(args.postgres_url, server)
+        doc["results"] = {name: merge([{key: value for key, value in s.items() if key != "copied"}
+                                       for s in runs])
                           for name, runs in samples.items()}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -835,15 +836,19 @@ class Report:
         self.notes()
         return "\n".join(self.lines).rstrip() + "\n"
 
-    def postgres(self) -> None:
-        """The same workloads on a PostgreSQL server (issue [K]), from its own run of
-        ``benches/run.py --postgres`` when one was kept."""
-        if not POSTGRES_RESULTS.exists():
+    def published(self, title: str, results: Path, render: Callable[[dict[str, Any]], str]) -> None:
+        """The section ``render`` makes of a stand-alone run's ``results`` file, when one was kept;
+        a stale or partial file gets a line under ``title`` saying why, not a failed report."""
+        if not results.exists():
             return
         try:
-            self.lines += [*render_postgres(json.loads(POSTGRES_RESULTS.read_text())).splitlines(), ""]
-        except (ValueError, KeyError, TypeError) as exc:  # a stale or partial file must not sink the report
-            self.w("## PostgreSQL (issue [K])", "", f"`benches/results/postgres.json` could not be rendered: {exc!r}.", "")
+            self.lines += [*render(json.loads(results.read_text())).splitlines(), ""]
+        except (ValueError, KeyError, TypeError) as exc:
+            self.w(title, "", f"`{paths.shown(results)}` could not be rendered: {exc!r}.", "")
+
+    def postgres(self) -> None:
+        """The same workloads on a PostgreSQL server (issue [K]), from ``benches/run.py --postgres``."""
+        self.published("## PostgreSQL (issue [K])", POSTGRES_RESULTS, render_postgres)
 
     def gateway_turn(self) -> None:
         """The gateway's per-turn overhead (issue [C]), from its own run of
@@ -874,59 +879,32 @@ class Report:
             "",
         ]
 
-
     def scale(self) -> None:
-        """Search over 1M messages and growth to 100k sessions (issue [E]),
-        from its own run of ``benches/scale.py`` when one was kept."""
+        """Search over 1M messages and growth to 100k sessions (issue [E]), from ``benches/scale.py``."""
         import scale  # stdlib-only at import time, like this script
 
-        if not scale.RESULTS.exists():
-            return
-        try:
-            doc = json.loads(scale.RESULTS.read_text())
-            png = self.plots_dir / scale.PLOT.name
-            rel = os.path.relpath(png, self.md_dir) if png.exists() else None
-            self.lines += [*scale.render(doc, rel).splitlines(), ""]
-        except (ValueError, KeyError, TypeError) as exc:  # a stale or partial file must not sink the report
-            self.w("## Scale (issue [E])", "", f"`benches/results/scale.json` could not be rendered: {exc!r}.", "")
-
+        png = self.plots_dir / scale.PLOT.name
+        rel = os.path.relpath(png, self.md_dir) if png.exists() else None
+        self.published("## Scale (issue [E])", scale.RESULTS, lambda doc: scale.render(doc, rel))
 
     def cli(self) -> None:
-        """The command line on 100k sessions (issue [I]), from its own run of
-        ``benches/cli.py`` when one was kept."""
+        """The command line on 100k sessions (issue [I]), from ``benches/cli.py``."""
         import cli  # stdlib-only at import time, like this script
 
-        if not cli.RESULTS.exists():
-            return
-        try:
-            self.lines += [*cli.render(json.loads(cli.RESULTS.read_text())).splitlines(), ""]
-        except (ValueError, KeyError, TypeError) as exc:  # a stale or partial file must not sink the report
-            self.w("## The command line at scale (issue [I])", "",
-                   f"`benches/results/cli.json` could not be rendered: {exc!r}.", "")
+        self.published("## The command line at scale (issue [I])", cli.RESULTS, cli.render)
 
     def migrate(self) -> None:
-        """``hermes migrate`` on 100k messages (issue [K]), from its own run of
-        ``benches/migrate.py`` when one was kept."""
+        """``hermes migrate`` on 100k messages (issue [K]), from ``benches/migrate.py``."""
         import migrate  # stdlib-only at import time, like this script
 
-        if not migrate.RESULTS.exists():
-            return
-        try:
-            self.lines += [*migrate.render(json.loads(migrate.RESULTS.read_text())).splitlines(), ""]
-        except (ValueError, KeyError, TypeError) as exc:  # a stale or partial file must not sink the report
-            self.w("## Migrating a store (issue [K])", "", f"`benches/results/migrate.json` could not be rendered: {exc!r}.", "")
+        self.published("## Migrating a store (issue [K])", migrate.RESULTS, migrate.render)
 
     def store_ops(self) -> None:
-        """Listing, export, delete and prune against hermes-agent (issue [H]), from its own run
-        of ``benches/store_ops.py`` when one was kept."""
+        """Listing, export, delete and prune against hermes-agent (issue [H]), from
+        ``benches/store_ops.py``."""
         import store_ops  # stdlib-only at import time, like this script
 
-        if not store_ops.RESULTS.exists():
-            return
-        try:
-            self.lines += [*store_ops.render(json.loads(store_ops.RESULTS.read_text())).splitlines(), ""]
-        except (ValueError, KeyError, TypeError) as exc:  # a stale or partial file must not sink the report
-            self.w("## Session store (issue [H])", "", f"`benches/results/store_ops.json` could not be rendered: {exc!r}.", "")
+        self.published("## Session store (issue [H])", store_ops.RESULTS, store_ops.render)
 
 
 #: The published PostgreSQL run (``make bench-postgres PUBLISH=1``).

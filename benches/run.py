@@ -270,7 +270,7 @@ def floor_binary(rebuild: str, name: str = "floor") -> Path | None:
     """The floor executable ``name`` (``floor``, or ``floor_postgres``), built with cargo
     (cached on the inputs' hash)."""
     target = Path(os.environ.get("HERMES_FLOOR_TARGET", ROOT / "target" / "bench"))
-    sources = [ROOT / f"benches/rust/{name}.rs", ROOT / "benches/rust/workload_rows.rs", ROOT / "Cargo.lock"]
+    sources = [ROOT / f"benches/rust/{name}.rs", ROOT / "benches/rust/floor_shared.rs", ROOT / "Cargo.lock"]
     key = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
     cached = target / f"{name}-{key}"
     if cached.exists() and rebuild != "always":

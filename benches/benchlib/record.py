@@ -1,5 +1,6 @@
-"""The record of one run of a stand-alone benchmark (``scale.py``, ``store_ops.py``, ``cli.py``):
-its header (what ran, where, on which code) and the results file it ends in."""
+"""The record of one run of a stand-alone benchmark (``scale.py``, ``store_ops.py``, ``cli.py``,
+``migrate.py``, ``flush_ab.py``): its header (what ran, where, on which code) and the results
+file it ends in."""
 
 from __future__ import annotations
 

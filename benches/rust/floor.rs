@@ -44,15 +44,15 @@ use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection};
 use serde_json::{json, Value as Json};
 
-#[path = "workload_rows.rs"]
-mod workload_rows;
-use workload_rows::{load_rows, Row};
+#[path = "floor_shared.rs"]
+mod floor_shared;
+use floor_shared::{load_rows, now, parse_list, read_flags, Row};
 
 struct Args {
     template: Option<PathBuf>,
@@ -66,13 +66,6 @@ struct Args {
     out: Option<PathBuf>,
     reads: usize,
     only: Vec<String>,
-}
-
-fn parse_list(text: &str) -> Vec<usize> {
-    text.split(',')
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().expect("a comma-separated list of integers"))
-        .collect()
 }
 
 /// The arguments, or `None` when one is not the floor's (it then skips its run).
@@ -90,32 +83,20 @@ fn parse_args() -> Option<Args> {
         reads: 20,
         only: vec![],
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        // `cargo bench` adds `--bench`; a harness-less bench ignores it.
-        if flag == "--bench" {
-            continue;
-        }
-        let known = [
-            "--template",
-            "--messages",
-            "--session",
-            "--sync",
-            "--turns",
-            "--total",
-            "--scaling",
-            "--workdir",
-            "--out",
-            "--reads",
-            "--only",
-        ];
-        if !known.contains(&flag.as_str()) {
-            eprintln!(
-                "floor: {flag:?} is not one of its arguments (a criterion option or filter?): skipped"
-            );
-            return None;
-        }
-        let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+    let known = [
+        "--template",
+        "--messages",
+        "--session",
+        "--sync",
+        "--turns",
+        "--total",
+        "--scaling",
+        "--workdir",
+        "--out",
+        "--reads",
+        "--only",
+    ];
+    for (flag, value) in read_flags("floor", &known)? {
         match flag.as_str() {
             "--template" => args.template = Some(value.into()),
             "--messages" => args.messages = Some(value.into()),
@@ -200,12 +181,6 @@ impl Variant {
             Variant::NoFts => "nofts",
         }
     }
-}
-
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 fn fresh_db(

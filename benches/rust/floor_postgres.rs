@@ -21,16 +21,16 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::PathBuf;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use serde_json::{json, Value as Json};
 use tokio::runtime::Runtime;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, NoTls};
 
-#[path = "workload_rows.rs"]
-mod workload_rows;
-use workload_rows::{load_rows, Row};
+#[path = "floor_shared.rs"]
+mod floor_shared;
+use floor_shared::{load_rows, now, parse_list, read_flags, Row};
 
 struct Args {
     url: String,
@@ -43,39 +43,21 @@ struct Args {
     out: PathBuf,
 }
 
-fn parse_list(text: &str) -> Vec<usize> {
-    text.split(',')
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().expect("a comma-separated list of integers"))
-        .collect()
-}
-
 /// The arguments, or `None` without `--url` or with an argument that is not
 /// the floor's (a criterion option): it then skips its run.
 fn parse_args() -> Option<Args> {
-    let mut flags: BTreeMap<String, String> = BTreeMap::new();
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if flag == "--bench" {
-            continue;
-        }
-        let known = [
-            "--url",
-            "--messages",
-            "--sync",
-            "--turns",
-            "--total",
-            "--reads",
-            "--only",
-            "--out",
-        ];
-        if !known.contains(&flag.as_str()) {
-            eprintln!("floor_postgres: {flag:?} is not one of its arguments: skipped");
-            return None;
-        }
-        let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
-        flags.insert(flag, value);
-    }
+    let known = [
+        "--url",
+        "--messages",
+        "--sync",
+        "--turns",
+        "--total",
+        "--reads",
+        "--only",
+        "--out",
+    ];
+    let mut flags: BTreeMap<String, String> =
+        read_flags("floor_postgres", &known)?.into_iter().collect();
     let Some(url) = flags.remove("--url") else {
         eprintln!("floor_postgres: no --url (a PostgreSQL server with hermes' schema): skipped");
         return None;
@@ -103,12 +85,6 @@ fn parse_args() -> Option<Args> {
             .collect(),
         out: take(&mut flags, "--out", "-").into(),
     })
-}
-
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// The one statement of a flush.
