@@ -373,6 +373,7 @@ fn add_missing_columns(conn: &Connection) -> rusqlite::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::count;
     use super::*;
     use crate::store::sqlite::connection::configure;
     use crate::store::Durability;
@@ -467,13 +468,10 @@ mod tests {
                  VALUES ('s', 'assistant', 'hello', '[{\"name\":\"grep\"}]', 0);",
         )
         .unwrap();
-        let hits: i64 = conn
-            .query_row(
-                "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'grep'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
+        let hits = count(
+            &conn,
+            "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'grep'",
+        );
         assert_eq!(hits, 1);
     }
 }
