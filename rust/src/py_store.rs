@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
 use crate::decode::{self, RowKeys};
 use crate::encode::{self, Warnings};
@@ -188,17 +188,6 @@ impl Store {
     }
 }
 
-/// A stored value as the Python object a filter compares with.
-fn value_object<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
-    Ok(match value {
-        Value::Null => py.None().into_bound(py),
-        Value::Integer(n) => n.into_pyobject(py)?.into_any(),
-        Value::Real(x) => x.into_pyobject(py)?.into_any(),
-        Value::Text(t) => PyString::new(py, t).into_any(),
-        Value::Blob(b) => PyBytes::new(py, b).into_any(),
-    })
-}
-
 /// Text read back from a column that holds text (another writer's bytes
 /// decoded leniently).
 fn text_cell(cell: ValueRef<'_>) -> String {
@@ -351,7 +340,7 @@ impl Store {
             .map(|key| {
                 let cells = key
                     .iter()
-                    .map(|v| value_object(py, v))
+                    .map(|v| decode::value(py, v.as_ref()))
                     .collect::<PyResult<Vec<_>>>()?;
                 PyTuple::new(py, cells)
             })

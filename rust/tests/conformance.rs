@@ -54,21 +54,40 @@ mod postgres {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
+        let (runtime, client) = client(&base);
+        runtime
+            .block_on(client.batch_execute(&format!("CREATE DATABASE {name}")))
+            .expect("a test database is created");
+        Some((base, name))
+    }
+
+    /// A fresh database's URL for a test of this module; None, said on
+    /// stderr, when no server is configured.
+    fn fresh_url() -> Option<OsString> {
+        let Some((base, name)) = fresh_database() else {
+            eprintln!("postgresql skipped (HERMES_TEST_POSTGRES_URL unset)");
+            return None;
+        };
+        Some(with_database(&base, &name))
+    }
+
+    /// A plain client on `url`, on a runtime of its own.
+    fn client(
+        url: impl AsRef<std::ffi::OsStr>,
+    ) -> (tokio::runtime::Runtime, tokio_postgres::Client) {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
-        runtime.block_on(async {
-            let (client, connection) = tokio_postgres::connect(&base, tokio_postgres::NoTls)
+        let url = url.as_ref().to_str().unwrap().to_owned();
+        let client = runtime.block_on(async {
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
                 .await
                 .expect("the test server answers");
             tokio::spawn(connection);
             client
-                .batch_execute(&format!("CREATE DATABASE {name}"))
-                .await
-                .expect("a test database is created");
         });
-        Some((base, name))
+        (runtime, client)
     }
 
     /// `url` naming database `name` instead of its own.
@@ -94,11 +113,9 @@ mod postgres {
 
     #[test]
     fn hosts_starting_at_once_migrate_once() {
-        let Some((base, name)) = fresh_database() else {
-            eprintln!("postgresql skipped (HERMES_TEST_POSTGRES_URL unset)");
+        let Some(url) = fresh_url() else {
             return;
         };
-        let url = with_database(&base, &name);
         let barrier = std::sync::Barrier::new(4);
         std::thread::scope(|scope| {
             for _ in 0..4 {
@@ -109,49 +126,19 @@ mod postgres {
             }
         });
         // schema_version is no relation of the typed operations: counted on a plain client.
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let rows: i64 = runtime.block_on(async {
-            let url = url.to_str().unwrap();
-            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            tokio::spawn(connection);
-            client
-                .query_one("SELECT COUNT(*) FROM schema_version", &[])
-                .await
-                .unwrap()
-                .get(0)
-        });
+        let (runtime, client) = client(&url);
+        let rows: i64 = runtime
+            .block_on(client.query_one("SELECT COUNT(*) FROM schema_version", &[]))
+            .unwrap()
+            .get(0);
         assert_eq!(rows, 1, "one migration, one version row");
-    }
-
-    /// A plain client on `url`, on a runtime of its own.
-    fn client(url: &OsString) -> (tokio::runtime::Runtime, tokio_postgres::Client) {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let url = url.to_str().unwrap().to_owned();
-        let client = runtime.block_on(async {
-            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            tokio::spawn(connection);
-            client
-        });
-        (runtime, client)
     }
 
     #[test]
     fn rows_another_writer_inserted_are_found_by_the_next_search() {
-        let Some((base, name)) = fresh_database() else {
-            eprintln!("postgresql skipped (HERMES_TEST_POSTGRES_URL unset)");
+        let Some(url) = fresh_url() else {
             return;
         };
-        let url = with_database(&base, &name);
         let db = opener(url.clone())();
         create(&*db, "s", "cli", 1.0);
         let (runtime, other) = client(&url);
@@ -189,11 +176,9 @@ mod postgres {
 
     #[test]
     fn a_database_from_before_the_search_index_gets_its_messages_indexed() {
-        let Some((base, name)) = fresh_database() else {
-            eprintln!("postgresql skipped (HERMES_TEST_POSTGRES_URL unset)");
+        let Some(url) = fresh_url() else {
             return;
         };
-        let url = with_database(&base, &name);
         let db = opener(url.clone())();
         create(&*db, "s", "cli", 1.0);
         append(&*db, "s", vec![message("user", "an older gnu", 1.0)]).unwrap();
@@ -216,11 +201,10 @@ mod postgres {
 
     #[test]
     fn nul_bytes_and_the_json_prefix_come_back_exactly() {
-        let Some((base, name)) = fresh_database() else {
-            eprintln!("postgresql skipped (HERMES_TEST_POSTGRES_URL unset)");
+        let Some(url) = fresh_url() else {
             return;
         };
-        let db = opener(with_database(&base, &name))();
+        let db = opener(url)();
         create(&*db, "s\0id", "cli", 0.1 + 0.2);
         let contents = ["\0json:[{\"type\":\"text\"}]", "a\0b\u{1}c\u{1}0", "plain"];
         let rows = contents

@@ -368,13 +368,10 @@ REVIEWED_SQL_FORMATS = {
     ("search_index.rs", "SELECT id, first_id, last_id FROM hermes_search_pending WHERE first_id <= "
                         "$1 ORDER BY first_id LIMIT $2 FOR UPDATE {lock_clause}"):
         "the literal 'SKIP LOCKED' or nothing",
-    ("tokenizer.rs", "DROP TABLE IF EXISTS {table}_v; DELETE FROM {table}; CREATE VIRTUAL TABLE "
-                     "{table}_v USING fts5vocab({table}, 'instance');"):
-        "test code: a table name literal of the test ('w' or 't')",
-    ("tokenizer.rs", "INSERT INTO {table}(rowid, content) VALUES (?1, ?2)"):
-        "test code: a table name literal of the test ('w' or 't')",
-    ("tokenizer.rs", "SELECT doc, term, offset FROM {table}_v ORDER BY doc, offset"):
-        "test code: a table name literal of the test ('w' or 't')",
+    ("tokenizer.rs", "CREATE VIRTUAL TABLE t USING fts5(content{options}); CREATE VIRTUAL TABLE "
+                     "t_v USING fts5vocab(t, 'instance');"):
+        "test code: the table's options, string literals of the tests ('' or the trigram "
+        "tokenizer)",
 }
 #: The typed operations' SQL (store/sqlite/sql.rs) is written piece by piece, not with
 #: format!: every name goes through Sql::ident (quoted, after the column check), every value

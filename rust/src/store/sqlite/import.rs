@@ -3,7 +3,7 @@
 //! is there; the new messages' ids go back to the batch, which indexes them
 //! as it indexes appended rows.
 
-use rusqlite::{params_from_iter, Connection};
+use rusqlite::{params_from_iter, Connection, OptionalExtension};
 
 use super::error::At;
 use super::sql::Sql;
@@ -45,8 +45,7 @@ impl SqliteBackend {
                     self.link_parents(conn, import, parent)?;
                 }
                 let sessions = import.texts("id");
-                let new: Vec<&str> = inserted.iter().filter_map(|&n| sessions[n]).collect();
-                self.recount(conn, &new)?;
+                self.recount(conn, inserted.iter().filter_map(|&n| sessions[n]).collect())?;
                 Ok(WriteOut::Rows(inserted.len() as u64))
             }
             _ => Ok(WriteOut::Rows(inserted.len() as u64)),
@@ -89,24 +88,15 @@ impl SqliteBackend {
             if new.next_if_eq(&n).is_some() {
                 continue;
             }
-            let theirs: Option<String> = existing
-                .query_row([id], |r| r.get(0))
-                .map(Some)
-                .or_else(|e| match e {
-                    rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                    e => Err(e),
-                })
-                .at(at)?;
+            let theirs: Option<String> =
+                existing.query_row([id], |r| r.get(0)).optional().at(at)?;
             let ours = ours.unwrap_or_default();
             if let Some(theirs) = theirs.filter(|theirs| theirs != ours) {
                 return Err(import.collision(at, id, ours, &theirs));
             }
         }
         drop(existing);
-        let mut touched: Vec<&str> = inserted.iter().filter_map(|&n| sessions[n]).collect();
-        touched.sort_unstable();
-        touched.dedup();
-        self.recount(conn, &touched)?;
+        self.recount(conn, inserted.iter().filter_map(|&n| sessions[n]).collect())?;
         let mut ids: Vec<i64> = inserted.iter().map(|&n| message_ids[n]).collect();
         ids.sort_unstable();
         Ok(WriteOut::Ids(ids))

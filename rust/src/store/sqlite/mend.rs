@@ -141,6 +141,7 @@ fn open_existing(path: &Path, at: &Location) -> Result<Connection> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::count;
     use super::*;
     use crate::store::sqlite::ensure_schema;
 
@@ -196,13 +197,10 @@ mod tests {
         assert!(problems(&path).unwrap().is_empty());
         assert_eq!(messages(&path), ["hello world"]);
         let conn = Connection::open(&path).unwrap();
-        let hits: i64 = conn
-            .query_row(
-                "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'hello'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
+        let hits = count(
+            &conn,
+            "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'hello'",
+        );
         assert_eq!(hits, 1);
     }
 
@@ -222,13 +220,10 @@ mod tests {
         assert!(problems(&path).unwrap().is_empty());
         assert_eq!(messages(&path), ["hello world"]);
         let conn = Connection::open(&path).unwrap();
-        let left: i64 = conn
-            .query_row(
-                "SELECT COUNT(*) FROM sqlite_master WHERE name LIKE 'messages_fts%'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
+        let left = count(
+            &conn,
+            "SELECT COUNT(*) FROM sqlite_master WHERE name LIKE 'messages_fts%'",
+        );
         assert_eq!(left, 0);
     }
 

@@ -314,14 +314,18 @@ pub fn schema_sql() -> String {
     [TABLES, INDEXES, &search_indexes_sql()].concat()
 }
 
+/// Whether the file has a table (or virtual table) `name`.
+pub(super) fn has_table(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
+    conn.prepare_cached("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1")?
+        .exists([name])
+}
+
 /// Creates whatever is missing; leaves existing tables and data alone.
 pub fn ensure(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(TABLES)?;
     add_missing_columns(conn)?;
     conn.execute_batch(INDEXES)?;
-    let had_trigrams = conn
-        .prepare("SELECT 1 FROM sqlite_master WHERE name = 'messages_fts_trigram'")?
-        .exists([])?;
+    let had_trigrams = has_table(conn, "messages_fts_trigram")?;
     conn.execute_batch(&search_indexes_sql())?;
     if !had_trigrams {
         // A file from before the trigram index: index its messages now.
@@ -373,6 +377,7 @@ fn add_missing_columns(conn: &Connection) -> rusqlite::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::count;
     use super::*;
     use crate::store::sqlite::connection::configure;
     use crate::store::Durability;
@@ -467,13 +472,10 @@ mod tests {
                  VALUES ('s', 'assistant', 'hello', '[{\"name\":\"grep\"}]', 0);",
         )
         .unwrap();
-        let hits: i64 = conn
-            .query_row(
-                "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'grep'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
+        let hits = count(
+            &conn,
+            "SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH 'grep'",
+        );
         assert_eq!(hits, 1);
     }
 }

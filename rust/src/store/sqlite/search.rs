@@ -9,7 +9,7 @@ use rusqlite::{params_from_iter, Connection};
 use super::busy::with_busy_retry;
 use super::error::{classify, note_short_read};
 use super::search_index::{CATCH_UP_CHUNK_ROWS, INDEXED_TEXT};
-use super::{tables, SqliteBackend};
+use super::{schema, tables, SqliteBackend};
 use crate::error::{Error, Result};
 use crate::model::Table;
 use crate::store::lock;
@@ -222,12 +222,7 @@ fn substring_condition(terms: &Terms, expr: &Expr, st: &mut Statement) -> String
 impl SqliteBackend {
     pub(super) fn search_messages(&self, search: &Search) -> Result<Table> {
         let terms = Terms::parse(&search.query);
-        let trigrams = self.read(|c| {
-            c.prepare_cached(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'messages_fts_trigram'",
-            )?
-            .exists([])
-        })?;
+        let trigrams = self.read(|c| schema::has_table(c, "messages_fts_trigram"))?;
         let (sql, params) = match terms.route(trigrams) {
             Route::Words => {
                 let words = terms.words();

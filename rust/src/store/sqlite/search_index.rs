@@ -106,11 +106,7 @@ impl IndexPlan {
             .filter(|(table, trigger)| ours(table) && ours(trigger))
             .map(|(table, _)| *table)
             .collect();
-        self.can_defer = conn
-            .prepare_cached(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'hermes_fts_pending'",
-            )?
-            .exists([])?;
+        self.can_defer = schema::has_table(conn, "hermes_fts_pending")?;
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_TRIGGER, !self.self_fill)?;
         // Statements prepared under the other trigger setting must not be reused.
         conn.flush_prepared_statement_cache();
@@ -423,16 +419,9 @@ pub fn upkeep(conn: &Connection, upkeep: IndexUpkeep) -> rusqlite::Result<u64> {
         }
         done += 1;
     }
-    if upkeep == IndexUpkeep::Rebuild {
-        let pending = conn
-            .prepare_cached(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'hermes_fts_pending'",
-            )?
-            .exists([])?;
-        if pending {
-            // Every message is indexed now.
-            conn.execute("DELETE FROM hermes_fts_pending", [])?;
-        }
+    if upkeep == IndexUpkeep::Rebuild && schema::has_table(conn, "hermes_fts_pending")? {
+        // Every message is indexed now.
+        conn.execute("DELETE FROM hermes_fts_pending", [])?;
     }
     Ok(done)
 }
@@ -507,6 +496,15 @@ mod tests {
         assert_eq!(count("SELECT COUNT(*) FROM messages_fts"), 4);
     }
 
+    /// Another program's connection to a new `state.db` in `dir` that it made
+    /// with our schema and then changed with `script`.
+    fn made_by_another_program(dir: &tempfile::TempDir, script: &str) -> Connection {
+        let other = Connection::open(dir.path().join("state.db")).unwrap();
+        other.execute_batch(&schema::schema_sql()).unwrap();
+        other.execute_batch(script).unwrap();
+        other
+    }
+
     /// A word index laid out as hermes-agent laid it out before its schema 11 (and as other
     /// programs still do): external content, kept by triggers that take a row's old text out
     /// with FTS5's 'delete' command, which must name exactly the text the index holds.
@@ -532,14 +530,13 @@ mod tests {
     #[test]
     fn an_index_laid_out_otherwise_is_kept_for_our_rows_by_its_own_triggers() {
         let dir = tempfile::tempdir().unwrap();
-        let other = Connection::open(dir.path().join("state.db")).unwrap();
-        other.execute_batch(&schema::schema_sql()).unwrap();
-        other.execute_batch(EXTERNAL_CONTENT_INDEX).unwrap();
+        let other = made_by_another_program(&dir, EXTERNAL_CONTENT_INDEX);
         let db = open(&dir);
         db.indexer.stop(); // anything deferred stays deferred
         create(&db, "s");
         append(&db, "s", 4).unwrap(); // m0..m3, ids 1..=4
-                                      // The other program rewrites two of our rows right after our commit ...
+
+        // The other program rewrites two of our rows right after our commit ...
         other
             .execute_batch(
                 "UPDATE messages SET content = 'edited' WHERE id = 2;
@@ -571,9 +568,7 @@ mod tests {
     #[test]
     fn a_rebuild_of_an_index_laid_out_otherwise_keeps_to_its_own_text() {
         let dir = tempfile::tempdir().unwrap();
-        let other = Connection::open(dir.path().join("state.db")).unwrap();
-        other.execute_batch(&schema::schema_sql()).unwrap();
-        other.execute_batch(EXTERNAL_CONTENT_INDEX).unwrap();
+        let other = made_by_another_program(&dir, EXTERNAL_CONTENT_INDEX);
         let db = open(&dir);
         create(&db, "s");
         let mut row = NewMessage::text("assistant", "grep the tree", 1.0);
@@ -602,13 +597,11 @@ mod tests {
     #[test]
     fn our_index_triggers_are_known_however_they_are_laid_out() {
         let dir = tempfile::tempdir().unwrap();
-        let other = Connection::open(dir.path().join("state.db")).unwrap();
-        other.execute_batch(&schema::schema_sql()).unwrap();
         // The same definition in other case and line breaks, as another
         // program's DDL may have it.
-        other
-            .execute_batch(
-                "DROP TRIGGER messages_fts_update;
+        let other = made_by_another_program(
+            &dir,
+            "DROP TRIGGER messages_fts_update;
                  create trigger messages_fts_update after update on messages
                  begin
                    delete from messages_fts where rowid = old.id;
@@ -620,8 +613,7 @@ mod tests {
                      coalesce(new.tool_calls, '')
                    );
                  end;",
-            )
-            .unwrap();
+        );
         let db = open(&dir);
         db.indexer.stop();
         create(&db, "s");

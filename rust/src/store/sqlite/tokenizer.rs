@@ -211,25 +211,26 @@ impl Drop for Tokenizer {
 mod tests {
     use super::*;
 
-    /// The terms and positions FTS5 itself indexed for each text (`fts5vocab`).
-    fn indexed(conn: &Connection, table: &str, texts: &[String]) -> Vec<Vec<(String, i64)>> {
+    /// Each of [`samples`] with the terms and positions FTS5 itself indexed
+    /// for it (`fts5vocab`) in a fresh table `USING fts5(content{options})`.
+    fn indexed_samples(options: &str) -> Vec<(String, Vec<(String, i64)>)> {
+        let conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(&format!(
-            "DROP TABLE IF EXISTS {table}_v; DELETE FROM {table};
-             CREATE VIRTUAL TABLE {table}_v USING fts5vocab({table}, 'instance');"
+            "CREATE VIRTUAL TABLE t USING fts5(content{options});
+             CREATE VIRTUAL TABLE t_v USING fts5vocab(t, 'instance');"
         ))
         .unwrap();
+        let texts = samples();
         for (i, text) in texts.iter().enumerate() {
             conn.execute(
-                &format!("INSERT INTO {table}(rowid, content) VALUES (?1, ?2)"),
+                "INSERT INTO t(rowid, content) VALUES (?1, ?2)",
                 rusqlite::params![i as i64, text],
             )
             .unwrap();
         }
         let mut out = vec![Vec::new(); texts.len()];
         let mut stmt = conn
-            .prepare(&format!(
-                "SELECT doc, term, offset FROM {table}_v ORDER BY doc, offset"
-            ))
+            .prepare("SELECT doc, term, offset FROM t_v ORDER BY doc, offset")
             .unwrap();
         let rows = stmt
             .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get(1)?, r.get(2)?)))
@@ -238,7 +239,7 @@ mod tests {
             let (doc, term, offset) = row.unwrap();
             out[doc as usize].push((term, offset));
         }
-        out
+        texts.into_iter().zip(out).collect()
     }
 
     /// Texts with every character of the Basic Multilingual Plane but the
@@ -260,13 +261,8 @@ mod tests {
 
     #[test]
     fn words_are_the_word_indexs_terms_at_their_positions() {
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch("CREATE VIRTUAL TABLE w USING fts5(content)")
-            .unwrap();
-        let texts = samples();
-        let expected = indexed(&conn, "w", &texts);
-        for (text, expected) in texts.iter().zip(expected) {
-            let ours: Vec<(String, i64)> = words(text)
+        for (text, expected) in indexed_samples("") {
+            let ours: Vec<(String, i64)> = words(&text)
                 .into_iter()
                 .enumerate()
                 .map(|(i, w)| (w, i as i64))
@@ -277,13 +273,8 @@ mod tests {
 
     #[test]
     fn folded_text_has_the_trigram_indexs_terms() {
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch("CREATE VIRTUAL TABLE t USING fts5(content, tokenize='trigram')")
-            .unwrap();
-        let texts = samples();
-        let expected = indexed(&conn, "t", &texts);
-        for (text, expected) in texts.iter().zip(expected) {
-            let folded: Vec<char> = fold(text).chars().collect();
+        for (text, expected) in indexed_samples(", tokenize='trigram'") {
+            let folded: Vec<char> = fold(&text).chars().collect();
             let ours: Vec<(String, i64)> = folded
                 .windows(3)
                 .enumerate()

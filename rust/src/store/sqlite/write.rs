@@ -208,20 +208,20 @@ impl SqliteBackend {
             index.reindex_rows(conn, &ids, rows.len()).at(at)?;
         }
         if recount {
-            let mut sessions: Vec<&str> = rows.iter().map(|(_, s)| s.as_str()).collect();
-            sessions.sort_unstable();
-            sessions.dedup();
-            self.recount(conn, &sessions)?;
+            self.recount(conn, rows.iter().map(|(_, s)| s.as_str()).collect())?;
         }
         Ok(())
     }
 
-    /// Sets the `message_count` of `sessions` to their active rows.
-    pub(super) fn recount(&self, conn: &Connection, sessions: &[&str]) -> Result<()> {
+    /// Sets the `message_count` of `sessions` (repeats allowed) to their
+    /// active rows.
+    pub(super) fn recount(&self, conn: &Connection, mut sessions: Vec<&str>) -> Result<()> {
         if sessions.is_empty() {
             return Ok(());
         }
-        let sessions = serde_json::to_string(sessions).expect("ids serialize");
+        sessions.sort_unstable();
+        sessions.dedup();
+        let sessions = serde_json::to_string(&sessions).expect("ids serialize");
         conn.prepare_cached(
             "UPDATE sessions SET message_count = (SELECT COUNT(*) FROM messages
              WHERE session_id = sessions.id AND active = 1)
