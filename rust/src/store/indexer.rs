@@ -135,27 +135,27 @@ impl Indexer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::test_support::wait_until;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    fn wait_until(what: impl Fn() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !what() {
-            assert!(Instant::now() < deadline, "timed out");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+    /// An indexer with work waiting whose step `n` (from 0) does what
+    /// `script(n)` says, and the count of steps it ran.
+    fn scripted(script: fn(usize) -> Step) -> (Indexer, Arc<AtomicUsize>) {
+        let steps = Arc::new(AtomicUsize::new(0));
+        let indexer = Indexer::spawn(true, {
+            let steps = Arc::clone(&steps);
+            move || script(steps.fetch_add(1, Ordering::SeqCst))
+        })
+        .unwrap();
+        (indexer, steps)
     }
 
     #[test]
     fn runs_steps_until_done_then_sleeps_until_woken() {
-        let steps = Arc::new(AtomicUsize::new(0));
-        let indexer = Indexer::spawn(true, {
-            let steps = Arc::clone(&steps);
-            move || match steps.fetch_add(1, Ordering::SeqCst) {
-                0 | 1 => Step::More,
-                _ => Step::Done,
-            }
-        })
-        .unwrap();
+        let (indexer, steps) = scripted(|n| match n {
+            0 | 1 => Step::More,
+            _ => Step::Done,
+        });
         wait_until(|| steps.load(Ordering::SeqCst) == 3);
         std::thread::sleep(Duration::from_millis(30));
         assert_eq!(steps.load(Ordering::SeqCst), 3, "ran without work");
@@ -167,15 +167,10 @@ mod tests {
 
     #[test]
     fn a_failed_step_is_retried_without_a_wake() {
-        let steps = Arc::new(AtomicUsize::new(0));
-        let indexer = Indexer::spawn(true, {
-            let steps = Arc::clone(&steps);
-            move || match steps.fetch_add(1, Ordering::SeqCst) {
-                0..=2 => Step::Failed,
-                _ => Step::Done,
-            }
-        })
-        .unwrap();
+        let (indexer, steps) = scripted(|n| match n {
+            0..=2 => Step::Failed,
+            _ => Step::Done,
+        });
         wait_until(|| steps.load(Ordering::SeqCst) == 4);
         indexer.stop();
     }

@@ -1,7 +1,8 @@
 //! Shared setup for the neutral layer's tests: a store's columns without a
-//! store, and a one-message append.
+//! store, a one-message append, and a wait for what a background thread does.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use super::columns::Columns;
 use super::{Location, Relation, WriteOp};
@@ -38,5 +39,14 @@ pub fn append(session_id: &str) -> WriteOp {
         session_id: session_id.into(),
         rows: vec![NewMessage::text("user", "x", 1.0)],
         once_key: None,
+    }
+}
+
+/// Returns once `what` holds; fails the test if it does not within 10 s.
+pub fn wait_until(what: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !what() {
+        assert!(Instant::now() < deadline, "timed out");
+        std::thread::sleep(Duration::from_millis(2));
     }
 }

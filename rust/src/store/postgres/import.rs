@@ -9,7 +9,7 @@ use tokio_postgres::Client;
 
 use super::error::classify;
 use super::sql::Sql;
-use super::value::{escape_text, unescape_text};
+use super::value::{escape_text, integer, real, unescape_text};
 use super::PgBackend;
 use crate::error::{Error, Result};
 use crate::model::Value;
@@ -30,6 +30,21 @@ impl Column {
             Column::Texts(v) => (v, Type::TEXT_ARRAY),
         }
     }
+}
+
+/// Each value by `convert`, NULL as None; the first value it cannot convert
+/// refuses the whole import.
+fn each<'r, T>(
+    values: impl Iterator<Item = &'r Value>,
+    refuse: impl Fn(&Value) -> Error,
+    convert: impl Fn(&Value) -> Option<T>,
+) -> Result<Vec<Option<T>>> {
+    values
+        .map(|v| match v {
+            Value::Null => Ok(None),
+            v => convert(v).map(Some).ok_or_else(|| refuse(v)),
+        })
+        .collect()
 }
 
 impl PgBackend {
@@ -97,46 +112,20 @@ impl PgBackend {
                 self.at
             ))
         };
-        let values = import.rows.iter().map(|row| &row[i]);
+        let values = || import.rows.iter().map(|row| &row[i]);
         Ok(match ty {
-            Type::INT8 => Column::Integers(
-                values
-                    .map(|v| match v {
-                        Value::Null => Ok(None),
-                        Value::Integer(n) => Ok(Some(*n)),
-                        Value::Real(x) if x.fract() == 0.0 && x.abs() < 9.0e18 => {
-                            Ok(Some(*x as i64))
-                        }
-                        Value::Text(t) => t.trim().parse().map(Some).map_err(|_| refuse(v)),
-                        other => Err(refuse(other)),
-                    })
-                    .collect::<Result<_>>()?,
-            ),
-            Type::FLOAT8 => Column::Reals(
-                values
-                    .map(|v| match v {
-                        Value::Null => Ok(None),
-                        Value::Real(x) => Ok(Some(*x)),
-                        Value::Integer(n) => Ok(Some(*n as f64)),
-                        Value::Text(t) => t.trim().parse().map(Some).map_err(|_| refuse(v)),
-                        other => Err(refuse(other)),
-                    })
-                    .collect::<Result<_>>()?,
-            ),
-            Type::TEXT => Column::Texts(
-                values
-                    .map(|v| match v {
-                        Value::Null => Ok(None),
-                        Value::Text(t) => Ok(Some(escape_text(t).into_owned())),
-                        // As an append stores them: a number as its decimal text.
-                        Value::Integer(n) => Ok(Some(n.to_string())),
-                        Value::Real(x) => Ok(Some(x.to_string())),
-                        Value::Blob(b) => std::str::from_utf8(b)
-                            .map(|t| Some(escape_text(t).into_owned()))
-                            .map_err(|_| refuse(v)),
-                    })
-                    .collect::<Result<_>>()?,
-            ),
+            Type::INT8 => Column::Integers(each(values(), refuse, |v| integer(v.as_ref()))?),
+            Type::FLOAT8 => Column::Reals(each(values(), refuse, |v| real(v.as_ref()))?),
+            Type::TEXT => Column::Texts(each(values(), refuse, |v| match v {
+                // As an append stores them: a number as its decimal text.
+                Value::Integer(n) => Some(n.to_string()),
+                Value::Real(x) => Some(x.to_string()),
+                Value::Text(t) => Some(escape_text(t).into_owned()),
+                Value::Blob(b) => std::str::from_utf8(b)
+                    .ok()
+                    .map(|t| escape_text(t).into_owned()),
+                Value::Null => None,
+            })?),
             other => {
                 return Err(Error::Config(format!(
                     "{}: {relation}.{name} is of type {other}, which an import does not write",

@@ -83,6 +83,28 @@ impl Types {
     }
 }
 
+/// `value` as a `bigint` column holds it: an integer, a whole real, or
+/// decimal text; None for anything else (NULL included).
+pub fn integer(value: ValueRef<'_>) -> Option<i64> {
+    match value {
+        ValueRef::Integer(n) => Some(n),
+        ValueRef::Real(x) if x.fract() == 0.0 && x.abs() < 9.0e18 => Some(x as i64),
+        ValueRef::Text(t) => std::str::from_utf8(t).ok()?.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// `value` as a `double precision` column holds it: a number or decimal
+/// text; None for anything else (NULL included).
+pub fn real(value: ValueRef<'_>) -> Option<f64> {
+    match value {
+        ValueRef::Integer(n) => Some(n as f64),
+        ValueRef::Real(x) => Some(x),
+        ValueRef::Text(t) => std::str::from_utf8(t).ok()?.trim().parse().ok(),
+        _ => None,
+    }
+}
+
 /// A value bound to a parameter of the type its column has.
 #[derive(Debug, Clone, Copy)]
 pub struct Bound<'v>(pub ValueRef<'v>);
@@ -93,35 +115,27 @@ impl ToSql for Bound<'_> {
         ty: &Type,
         out: &mut BytesMut,
     ) -> std::result::Result<IsNull, Box<dyn StdError + Sync + Send>> {
+        let refused = || {
+            format!(
+                "a value {:?} cannot be stored in a column of type {ty}",
+                self.0
+            )
+        };
         match (self.0, ty) {
             (ValueRef::Null, _) => Ok(IsNull::Yes),
-            (ValueRef::Integer(n), &Type::INT8) => n.to_sql(ty, out),
-            (ValueRef::Integer(n), &Type::INT4) => i32::try_from(n)?.to_sql(ty, out),
-            (ValueRef::Integer(n), &Type::FLOAT8) => (n as f64).to_sql(ty, out),
-            (ValueRef::Integer(n), &Type::BOOL) => (n != 0).to_sql(ty, out),
-            (ValueRef::Real(x), &Type::FLOAT8) => x.to_sql(ty, out),
-            (ValueRef::Real(x), &Type::INT8 | &Type::INT4)
-                if x.fract() == 0.0 && x.abs() < 9.0e18 =>
-            {
-                Bound(ValueRef::Integer(x as i64)).to_sql(ty, out)
+            (value, &Type::INT8) => integer(value).ok_or_else(refused)?.to_sql(ty, out),
+            (value, &Type::INT4) => {
+                i32::try_from(integer(value).ok_or_else(refused)?)?.to_sql(ty, out)
             }
+            (value, &Type::FLOAT8) => real(value).ok_or_else(refused)?.to_sql(ty, out),
+            (ValueRef::Integer(n), &Type::BOOL) => (n != 0).to_sql(ty, out),
             (ValueRef::Text(t), &Type::TEXT | &Type::VARCHAR | &Type::NAME) => {
                 escape_text(std::str::from_utf8(t)?)
                     .as_ref()
                     .to_sql(ty, out)
             }
-            (ValueRef::Text(t), &Type::INT8) => std::str::from_utf8(t)?
-                .trim()
-                .parse::<i64>()?
-                .to_sql(ty, out),
-            (ValueRef::Text(t), &Type::FLOAT8) => std::str::from_utf8(t)?
-                .trim()
-                .parse::<f64>()?
-                .to_sql(ty, out),
             (ValueRef::Blob(b), &Type::BYTEA) => b.to_sql(ty, out),
-            (value, ty) => {
-                Err(format!("a value {value:?} cannot be stored in a column of type {ty}").into())
-            }
+            _ => Err(refused().into()),
         }
     }
 

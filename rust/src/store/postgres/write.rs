@@ -3,6 +3,7 @@
 //! session's counters moved and every row inserted (from arrays, one per
 //! column) in one round trip.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use tokio_postgres::types::{ToSql, Type};
@@ -138,24 +139,21 @@ impl PgBackend {
         if rows_of(appends).next().is_none() {
             return Ok(appends.iter().map(|_| Ok(Vec::new())).collect());
         }
+        let escaped: Vec<Cow<str>> = appends.iter().map(|a| escape_text(a.session_id)).collect();
         // Each session once, with its appends' counts summed.
-        let mut grow: BTreeMap<String, (i64, i64)> = BTreeMap::new();
-        for a in appends {
-            let g = grow
-                .entry(escape_text(a.session_id).into_owned())
-                .or_default();
+        let mut grow: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
+        for (a, id) in appends.iter().zip(&escaped) {
+            let g = grow.entry(id).or_default();
             g.0 += a.rows.len() as i64;
             g.1 += a.rows.iter().map(|r| r.tool_call_count).sum::<i64>();
         }
-        let ids: Vec<&String> = grow.keys().collect();
+        let ids: Vec<&str> = grow.keys().copied().collect();
         let counts: Vec<i64> = grow.values().map(|g| g.0).collect();
         let calls: Vec<i64> = grow.values().map(|g| g.1).collect();
-        let session: Vec<String> = appends
+        let session: Vec<&str> = appends
             .iter()
-            .flat_map(|a| {
-                let id = escape_text(a.session_id).into_owned();
-                std::iter::repeat_n(id, a.rows.len())
-            })
+            .zip(&escaped)
+            .flat_map(|(a, id)| std::iter::repeat_n(id.as_ref(), a.rows.len()))
             .collect();
         let role = texts(appends, |r| Some(&r.role));
         let content: Vec<Option<String>> =
@@ -204,23 +202,20 @@ impl PgBackend {
             .await
             .map_err(|e| classify(&self.at, e))?;
         // Each session's new ids in order, handed to its appends in batch order.
-        let mut by_session: BTreeMap<String, std::vec::IntoIter<i64>> = BTreeMap::new();
-        let mut rows: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        let mut by_session: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
         for row in &inserted {
-            rows.entry(row.get(1)).or_default().push(row.get(0));
+            by_session.entry(row.get(1)).or_default().push(row.get(0));
         }
-        for (session, mut ids) in rows {
-            ids.sort_unstable();
-            by_session.insert(session, ids.into_iter());
-        }
+        by_session.values_mut().for_each(|ids| ids.sort_unstable());
         Ok(appends
             .iter()
-            .map(|a| {
+            .zip(&escaped)
+            .map(|(a, id)| {
                 if a.rows.is_empty() {
                     return Ok(Vec::new());
                 }
-                match by_session.get_mut(escape_text(a.session_id).as_ref()) {
-                    Some(ids) => Ok(ids.by_ref().take(a.rows.len()).collect()),
+                match by_session.get_mut(id.as_ref()) {
+                    Some(ids) => Ok(ids.drain(..a.rows.len().min(ids.len())).collect()),
                     None => Err(self.not_found(a.session_id)),
                 }
             })

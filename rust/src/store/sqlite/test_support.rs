@@ -1,8 +1,6 @@
 //! Shared setup for the SQLite backend's tests: a store in a temporary
 //! directory, sessions and messages to fill it, and looks at the file.
 
-use std::time::{Duration, Instant};
-
 use rusqlite::Connection;
 
 use super::SqliteBackend;
@@ -100,13 +98,7 @@ pub fn integrity(db: &SqliteBackend) -> String {
         .unwrap()
 }
 
-pub fn wait_until(what: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !what() {
-        assert!(Instant::now() < deadline, "timed out");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
+pub use crate::store::test_support::wait_until;
 
 pub fn search_ids(db: &SqliteBackend, query: &str) -> Vec<i64> {
     let search = Search {
