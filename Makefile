@@ -16,7 +16,7 @@ PEERS_PYTHON := $(abspath $(PEERS_DIR))/venv/bin/python
 WHERE := $(if $(PUBLISH),--publish) $(if $(OUT),--out $(abspath $(OUT)))
 
 .PHONY: peers hermes-python bench bench-quick bench-check bench-report bench-compare bench-scale bench-store \
-	bench-gateway bench-cli bench-migrate bench-rust interop
+	bench-gateway bench-cli bench-migrate bench-pg-search bench-rust interop
 
 # The peers' own venv: hermes-agent 0.19.0, openai-agents, langgraph-checkpoint-sqlite,
 # matplotlib, pytest-benchmark.
@@ -84,6 +84,11 @@ bench-cli: hermes-python peers
 # (PUBLISH=1: the one BENCHMARKS.md shows).
 bench-migrate: hermes-python
 	$(HERMES_PYTHON) benches/migrate.py $(WHERE)
+
+# Search on PostgreSQL beside SQLite, 100k messages (~5 min, under scripts/postgres):
+# target/bench/results/pg_search.json (PUBLISH=1: the one BENCHMARKS.md shows).
+bench-pg-search: hermes-python
+	$(HERMES_PYTHON) benches/pg_search.py $(WHERE)
 
 # The gateway's per-turn overhead, ours vs hermes-agent (~1 min):
 # target/bench/results/gateway_turn.json (PUBLISH=1: the one BENCHMARKS.md shows).

@@ -12,6 +12,7 @@ would be the limit itself). ``--plots ''`` skips the plots (quick runs).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import os
@@ -123,6 +124,7 @@ class Report:
             "make bench-gateway  # the gateway's per-turn overhead (~1 min)",
             "make bench-cli      # hermes sessions list/stats/prune/search on 100k sessions (~30 min)",
             "scripts/postgres make bench-migrate   # hermes migrate of 100k messages, file and PostgreSQL (~10 min)",
+            "scripts/postgres make bench-pg-search # search on PostgreSQL beside SQLite, 100k messages (~5 min)",
             "make bench-rust     # cargo bench: criterion benches of the Rust core, and the floor",
             "make interop        # the file-compatibility tests against the real hermes-agent 0.19.0",
             "python benches/report.py benches/results/<file>.json   # re-render a stored run into BENCHMARKS.md",
@@ -805,8 +807,9 @@ class Report:
             "turn overhead (`benches/gateway_turn.py`, `benches/results/gateway_turn.json`), and full-text search "
             "over 1M messages and the database growing to 100k sessions (`benches/scale.py`, "
             "`benches/results/scale.json`), the command line on 100k sessions "
-            "(`benches/cli.py`, `benches/results/cli.json`), and `hermes migrate` on 100k messages "
-            "(`benches/migrate.py`, `benches/results/migrate.json`).",
+            "(`benches/cli.py`, `benches/results/cli.json`), `hermes migrate` on 100k messages "
+            "(`benches/migrate.py`, `benches/results/migrate.json`), and search on PostgreSQL beside "
+            "SQLite (`benches/pg_search.py`, `benches/results/pg_search.json`).",
             "",
         )
 
@@ -829,6 +832,7 @@ class Report:
         self.store_ops()
         self.cli()
         self.migrate()
+        self.pg_search()
         self.notes()
         return "\n".join(self.lines).rstrip() + "\n"
 
@@ -894,14 +898,22 @@ class Report:
     def migrate(self) -> None:
         """``hermes migrate`` on 100k messages (issue [K]), from its own run of
         ``benches/migrate.py`` when one was kept."""
-        import migrate  # stdlib-only at import time, like this script
+        self.separate_run("migrate", "Migrating a store (issue [K])")
 
-        if not migrate.RESULTS.exists():
+    def pg_search(self) -> None:
+        """Search on PostgreSQL beside SQLite (issue [K]), from its own run of
+        ``benches/pg_search.py`` when one was kept."""
+        self.separate_run("pg_search", "Search on PostgreSQL beside SQLite (issue [K])")
+
+    def separate_run(self, bench: str, title: str) -> None:
+        """The section ``benches/<bench>.py`` renders from its published results file."""
+        module = importlib.import_module(bench)  # stdlib-only at import time, like this script
+        if not module.RESULTS.exists():
             return
         try:
-            self.lines += [*migrate.render(json.loads(migrate.RESULTS.read_text())).splitlines(), ""]
+            self.lines += [*module.render(json.loads(module.RESULTS.read_text())).splitlines(), ""]
         except (ValueError, KeyError, TypeError) as exc:  # a stale or partial file must not sink the report
-            self.w("## Migrating a store (issue [K])", "", f"`benches/results/migrate.json` could not be rendered: {exc!r}.", "")
+            self.w(f"## {title}", "", f"`{paths.shown(module.RESULTS)}` could not be rendered: {exc!r}.", "")
 
     def store_ops(self) -> None:
         """Listing, export, delete and prune against hermes-agent (issue [H]), from its own run
