@@ -7,21 +7,29 @@
 #
 #   HERMES_PYTHON  interpreter with hermes installed (default: ./.venv/bin/python, made by scripts/setup)
 #   PEERS_DIR      where the peer venv lives (default: benches/.peers; see benches/setup_peers.sh)
+#   PEERS_PG_DIR   where the PostgreSQL benchmark's peer venv lives (default: benches/.peers-pg)
 
 VENV_PYTHON := $(CURDIR)/.venv/bin/python
 HERMES_PYTHON ?= $(if $(wildcard $(VENV_PYTHON)),$(VENV_PYTHON),)
 PEERS_DIR ?= $(CURDIR)/benches/.peers
 export PEERS_DIR
 PEERS_PYTHON := $(abspath $(PEERS_DIR))/venv/bin/python
+PEERS_PG_DIR ?= $(CURDIR)/benches/.peers-pg
+PEERS_PG_PYTHON := $(abspath $(PEERS_PG_DIR))/venv/bin/python
 WHERE := $(if $(PUBLISH),--publish) $(if $(OUT),--out $(abspath $(OUT)))
 
-.PHONY: peers hermes-python bench bench-quick bench-check bench-report bench-compare bench-scale bench-store \
-	bench-gateway bench-cli bench-migrate bench-pg-search bench-rust interop
+.PHONY: peers peers-postgres hermes-python bench bench-quick bench-check bench-report bench-compare bench-scale \
+	bench-store bench-gateway bench-cli bench-migrate bench-pg-search bench-postgres bench-rust interop
 
 # The peers' own venv: hermes-agent 0.19.0, openai-agents, langgraph-checkpoint-sqlite,
 # matplotlib, pytest-benchmark.
 peers:
 	bash benches/setup_peers.sh
+
+# The PostgreSQL benchmark's peers, in a venv of their own: openai-agents with SQLAlchemy and
+# asyncpg, langgraph-checkpoint-postgres with psycopg.
+peers-postgres:
+	PEERS_DIR=$(PEERS_PG_DIR) bash benches/setup_peers.sh postgres
 
 hermes-python:
 	@test -n "$(HERMES_PYTHON)" || { echo "make: no ./.venv/bin/python: run scripts/setup first (or set HERMES_PYTHON)" >&2; exit 1; }
@@ -74,8 +82,8 @@ bench-scale: hermes-python peers
 bench-store: hermes-python peers
 	$(HERMES_PYTHON) benches/store_ops.py --peers-python $(PEERS_PYTHON) $(WHERE)
 
-# hermes sessions list | stats | prune | search on 100k sessions, ours vs hermes-agent's own
-# CLI (~30 min): target/bench/results/cli.json (PUBLISH=1: the one BENCHMARKS.md shows).
+# hermes sessions list | stats | search | export | prune on 100k sessions, ours vs hermes-agent's own
+# CLI (~45 min): target/bench/results/cli.json (PUBLISH=1: the one BENCHMARKS.md shows).
 bench-cli: hermes-python peers
 	$(HERMES_PYTHON) benches/cli.py --peers-python $(PEERS_PYTHON) $(WHERE)
 
@@ -94,6 +102,14 @@ bench-pg-search: hermes-python
 # target/bench/results/gateway_turn.json (PUBLISH=1: the one BENCHMARKS.md shows).
 bench-gateway: hermes-python peers
 	$(HERMES_PYTHON) benches/gateway_turn.py --peers-python $(PEERS_PYTHON) $(WHERE)
+
+# The flush, 50 conversations, the reads and search over 1M messages on a throwaway PostgreSQL 15
+# with fsync on (scripts/postgres), ours vs SQLAlchemySession and PostgresSaver and the
+# one-statement floor (~30 min; QUICK=1 ~4 min): target/bench/results/postgres.json and its
+# section (PUBLISH=1: benches/results/postgres.json, in BENCHMARKS.md after `make bench-report`).
+bench-postgres: hermes-python peers-postgres
+	HERMES_POSTGRES_DURABLE=1 scripts/postgres $(HERMES_PYTHON) benches/run.py --postgres \
+		--peers-python $(PEERS_PG_PYTHON) $(if $(QUICK),--quick) $(WHERE)
 
 # cargo bench: the criterion benches of the Rust core (benches/rust/core.rs) and the floor
 # with its defaults (benches/rust/floor.rs). Criterion keeps its reports in target/criterion/.

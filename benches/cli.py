@@ -1,6 +1,6 @@
-"""The command line at scale (issue [I]): ``hermes sessions list | stats | prune --older-than
-90 | search`` on one ``state.db`` of 100,000 sessions, ours beside hermes-agent 0.19.0's own
-``hermes sessions`` on the same file.
+"""The command line at scale (issue [I]): ``hermes sessions list | stats | search | export |
+prune --older-than 90`` on one ``state.db`` of 100,000 sessions, ours beside hermes-agent
+0.19.0's own ``hermes sessions`` on the same file.
 
     python benches/cli.py [--quick] [--sessions N] [--publish | --out PATH]
 
@@ -13,13 +13,15 @@ index) and once by us, unmeasured, so that both find the file as they leave it.
 Each measurement is one whole command in a fresh process, as a person runs it: interpreter
 start, imports, opening the file, the work, exit (``--help`` of each is shown for the start
 alone). Output goes to /dev/null; stdin is /dev/null (``prune --yes``). Every ``prune`` runs on
-its own fresh copy of the file. Ours also runs once in a pseudo-terminal, to record whether
+its own fresh copy of the file. ``export`` writes every session as JSONL to a file (ours
+``-o FILE``, hermes-agent's ``export FILE``: the same one-session-a-line form). Ours also runs once in a pseudo-terminal, to record whether
 its progress display appeared (it must, for anything over a second: it shows after 0.5 s).
 hermes-agent has no ``sessions search`` command.
 
 Writes ``cli.json`` (``cli-quick.json``) into ``target/bench/results/`` (``--publish``:
 ``benches/results/``, which ``benches/report.py`` renders into BENCHMARKS.md) and prints the
-Markdown section. A full run takes ~30 minutes here, most of it the prunes (six of 50k sessions); ``--quick`` (10k sessions) a few minutes.
+Markdown section. A full run takes ~45 minutes here, most of it the prunes (eight of 50k sessions)
+and the exports; ``--quick`` (10k sessions) a few minutes.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ COMMANDS: dict[str, tuple[list[str], list[str] | None, str]] = {
     "list": (["sessions", "list"], ["sessions", "list"], "reading sessions"),
     "stats": (["sessions", "stats"], ["sessions", "stats"], "counting sessions"),
     "search": (["sessions", "search", "deploy"], None, "searching"),
+    "export (every session, jsonl)": (["sessions", "export", "-o", "{scratch}/ours.jsonl"],
+                                      ["sessions", "export", "{scratch}/theirs.jsonl"],
+                                      "exporting"),
     "prune --older-than 90": (["sessions", "prune", "--older-than", "90", "--yes"],
                               ["sessions", "prune", "--older-than", "90", "--yes"],
                               "deleting"),
@@ -121,26 +126,36 @@ def shows_progress(argv: list[str], home: Path, words: str) -> bool:
 
 def measure(store: Path, scratch: Path, ours: list[str], upstream: list[str] | None,
             rounds: int, started: float) -> dict[str, Any]:
+    """Each command's runs, the two programs interleaved (ours first in even rounds, theirs
+    first in odd ones: A B B A ...), so that a change in the shared machine's load falls on
+    both."""
     results: dict[str, Any] = {}
     for name, (our_args, their_args, words) in COMMANDS.items():
-        row: dict[str, Any] = {}
+        argvs: dict[str, list[str]] = {}
+        homes: dict[str, Path] = {}
         for system, prefix, args in (("hermes", ours, our_args), ("upstream", upstream, their_args)):
             if prefix is None or args is None:
                 continue
-            home = scratch / f"home-{system}"
-            db = copy_store(store, home)
-            argv = [*prefix, *args, *(["--db", str(db)] if system == "hermes" and
-                                      name != "start (--help)" else [])]
-            times = []
-            for _ in range(rounds):
+            homes[system] = scratch / f"home-{system}"
+            db = copy_store(store, homes[system])
+            argvs[system] = [*prefix, *(arg.replace("{scratch}", str(scratch)) for arg in args),
+                             *(["--db", str(db)] if system == "hermes" and
+                               name != "start (--help)" else [])]
+        times: dict[str, list[float]] = {system: [] for system in argvs}
+        for round_number in range(rounds):
+            order = list(argvs) if round_number % 2 == 0 else list(reversed(argvs))
+            for system in order:
                 if name in DESTRUCTIVE:
-                    db = copy_store(store, home)
-                times.append(timed_run(argv, home))
-            row[system] = {"median_s": statistics.median(times), "runs_s": times}
-            if system == "hermes" and words:
-                copy_store(store, home)
-                row[system]["progress_shown"] = shows_progress(argv, home, words)
-            log(f"{name}: {system} {statistics.median(times):.2f} s", started)
+                    copy_store(store, homes[system])
+                times[system].append(timed_run(argvs[system], homes[system]))
+        row: dict[str, Any] = {}
+        for system, runs in times.items():
+            row[system] = {"median_s": statistics.median(runs), "runs_s": runs}
+            log(f"{name}: {system} {statistics.median(runs):.2f} s", started)
+        if "hermes" in argvs and words:
+            copy_store(store, homes["hermes"])
+            row["hermes"]["progress_shown"] = shows_progress(argvs["hermes"], homes["hermes"],
+                                                             words)
         results[name] = row
     return results
 
@@ -148,15 +163,15 @@ def measure(store: Path, scratch: Path, ours: list[str], upstream: list[str] | N
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="10k sessions, 1 round")
+    ap.add_argument("--quick", action="store_true", help="10k sessions, 2 rounds")
     ap.add_argument("--sessions", type=int, default=0, help="sessions in the store")
-    ap.add_argument("--rounds", type=int, default=0, help="runs of each command (default 3)")
+    ap.add_argument("--rounds", type=int, default=0, help="runs of each command (default 4)")
     protocol.add_peers_argument(ap)
     paths.add_output_arguments(ap, "benches/results/cli[-quick].json")
     args = ap.parse_args()
     started = time.monotonic()
     sessions = args.sessions or (10_000 if args.quick else 100_000)
-    rounds = args.rounds or (1 if args.quick else 3)
+    rounds = args.rounds or (2 if args.quick else 4)
     peers = protocol.peers_python(args.peers_python)
     upstream = [str(Path(peers).parent / "hermes")] if peers else None
     ours = [sys.executable, "-m", "hermes.cli"]
@@ -210,12 +225,15 @@ def render(doc: dict[str, Any]) -> str:
         f"{store['sessions']:,} ended sessions ({store['messages']:,} messages, "
         f"{store['bytes_prepared'] / 1e6:.0f} MB once both programs had opened it), started over "
         "180 days. Each figure is the median wall time of a whole command in a fresh process "
-        f"({doc['rounds']} runs), start and exit included; each prune on a fresh copy "
+        f"({doc['rounds']} runs, the two programs interleaved A B B A; the machine was shared "
+        "with other work, see the load above), start and exit included; each prune on a fresh "
+        "copy "
         "(about half the sessions are older than 90 days). `start` is the interpreter and the "
         "imports alone, a part of every figure that no progress display can cover. `progress "
         "shown` says whether ours, run in a pseudo-terminal, showed its progress display, which "
         "appears once the command's work has taken 0.5 s. hermes-agent has no `sessions "
-        "search`. Script: `benches/cli.py` (`make bench-cli`).",
+        "search`. `export` writes every session as JSONL, one a line, to a file (both "
+        "programs' same form). Script: `benches/cli.py` (`make bench-cli`).",
         "",
         *table(["command", "hermes (ours)", "hermes-agent 0.19.0", "hermes-agent ÷ hermes",
                 "progress shown"], rows, right=(1, 2, 3)),

@@ -25,6 +25,17 @@ Each system is driven the way its users drive it:
   thread-local connection with ``PRAGMA synchronous=SYNC``;
 * ``langgraph``: ``SqliteSaver.put(...)`` of a checkpoint whose state is the
   ``messages`` list (the whole list, as a messages state is stored).
+
+On PostgreSQL (``CONFIG_JSON`` names a ``postgres`` server URL; ``run.py
+--postgres``) every workload gets a fresh database on that server instead of
+a file, created with ``synchronous_commit`` on (FULL) or off (NORMAL) as its
+default (``benchlib.postgres``), and the systems are:
+
+* ``hermes``: the same agent flush over ``SessionDB(url, synchronous=SYNC)``;
+* ``openai``: ``await SQLAlchemySession.add_items(new)`` on an asyncpg engine
+  (``postgresql+asyncpg://``), one engine and event loop per thread;
+* ``langgraph``: ``PostgresSaver.put(...)`` on a psycopg ``ConnectionPool``
+  (autocommit, ``prepare_threshold=0``, ``dict_row``, as its docs set it up).
 """
 
 from __future__ import annotations
@@ -44,7 +55,7 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib and the other benches
 
 import workload  # noqa: E402
-from benchlib import protocol  # noqa: E402
+from benchlib import postgres, protocol  # noqa: E402
 
 ns = time.perf_counter_ns
 
@@ -73,6 +84,14 @@ class System:
 
     def count(self, sid: str) -> int:
         raise Unsupported
+
+    def seed(self, sid: str, msgs: list[dict[str, Any]]) -> None:
+        """Writes a whole conversation at once (unmeasured seeding of the search workload)."""
+        raise Unsupported("no message search")
+
+    def search(self, query: str) -> int:
+        """Runs one message search (20 hits at most); returns the number of hits."""
+        raise Unsupported("no message search")
 
     table = "messages"
     seed_whole = False
@@ -159,6 +178,13 @@ class Hermes(System):
     def settle(self) -> None:
         # A search first indexes every row still pending, then queries (no hit here).
         self.db.search_messages('"settle-probe-no-such-words"')
+
+    def seed(self, sid: str, msgs: list[dict[str, Any]]) -> None:
+        self.db.create_session(sid, "cli")
+        self.db.append_messages(sid, msgs)
+
+    def search(self, query: str) -> int:
+        return len(self.db.search_messages(query, limit=20))
 
     def close(self) -> None:
         self.db.close()
@@ -341,11 +367,121 @@ class LangGraph(System):
         self.conn.close()
 
 
+class _OnServer(System):
+    """A system on a PostgreSQL database (``self.path`` is its URL): its rows are counted
+    there, by ``psql``, after it closed."""
+
+    key = "session_id"
+
+    def finish(self, sids: list[str]) -> int:
+        self.close()
+        return postgres.rows(str(self.path), self.table, self.key, sids)
+
+
+class HermesPostgres(_OnServer, Hermes):
+    name = "hermes"
+
+    def settle(self) -> None:
+        # A search indexes what is pending first, for at most the busy budget, then answers
+        # from the index as it is: searched (for no session, so only the indexing is charged)
+        # until the pending list, read on the server, is empty.
+        while True:
+            self.db.search_messages('"settle-probe-no-such-words"', session_id="settle-probe-no-such-session")
+            if not postgres.scalar(str(self.path), "SELECT COUNT(*) FROM hermes_search_pending"):
+                break
+
+
+class OpenAIPostgres(_OnServer):
+    name = "openai"
+    table = "agent_messages"
+
+    def __init__(self, path: Path, sync: str) -> None:
+        super().__init__(path, sync)
+        from agents.extensions.memory import SQLAlchemySession
+
+        self._cls = SQLAlchemySession
+        self._local = threading.local()
+        self._opened: list[tuple[asyncio.AbstractEventLoop, Any]] = []
+        # Its tables, once, before any thread races to create them.
+        self.run(SQLAlchemySession("setup", engine=self._thread().engine, create_tables=True).get_items())
+
+    def _thread(self) -> Any:
+        """This thread's event loop and engine (asyncpg connections belong to the loop that made them)."""
+        local = self._local
+        if not hasattr(local, "loop"):
+            from sqlalchemy.ext.asyncio import create_async_engine
+
+            local.loop = asyncio.new_event_loop()
+            local.engine = create_async_engine(str(self.path).replace("postgresql://", "postgresql+asyncpg://", 1))
+            local.sessions = {}
+            self._opened.append((local.loop, local.engine))
+        return local
+
+    def run(self, coro: Any) -> Any:
+        return self._thread().loop.run_until_complete(coro)
+
+    def session(self, sid: str) -> Any:
+        sessions = self._thread().sessions
+        if sid not in sessions:
+            sessions[sid] = self._cls(sid, engine=self._thread().engine)
+        return sessions[sid]
+
+    def conversation(self, sid: str) -> Conversation:
+        system = self
+
+        class Conv(Conversation):
+            def flush(self, live: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
+                system.run(system.session(sid).add_items(new))
+
+        return Conv()
+
+    def load(self, sid: str) -> list[Any]:
+        return self.run(self.session(sid).get_items())  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        for loop, engine in self._opened:
+            loop.run_until_complete(engine.dispose())
+            loop.close()
+        self._opened.clear()
+
+
+class LangGraphPostgres(_OnServer, LangGraph):
+    name = "langgraph"
+
+    def __init__(self, path: Path, sync: str) -> None:
+        System.__init__(self, path, sync)
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from psycopg.rows import dict_row
+        from psycopg_pool import ConnectionPool
+
+        self.pool = ConnectionPool(
+            str(self.path), max_size=20, open=True,
+            kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        )
+        self.saver = PostgresSaver(self.pool)
+        self.saver.setup()
+
+    def fast(self) -> _Fast:
+        return _Fast(None)
+
+    def finish(self, sids: list[str]) -> int:
+        return LangGraph.finish(self, sids)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
 SYSTEMS: dict[str, type[System]] = {
     "hermes": Hermes,
     "upstream": Upstream,
     "openai": OpenAI,
     "langgraph": LangGraph,
+}
+#: The same systems on a PostgreSQL server (hermes-agent has no PostgreSQL store).
+SYSTEMS_POSTGRES: dict[str, type[System]] = {
+    "hermes": HermesPostgres,
+    "openai": OpenAIPostgres,
+    "langgraph": LangGraphPostgres,
 }
 
 
@@ -355,9 +491,12 @@ SYSTEMS: dict[str, type[System]] = {
 class Bench:
     def __init__(self, system: str, sync: str, config: dict[str, Any]) -> None:
         self.system_name = system
-        self.cls = SYSTEMS[system]
+        #: The server's URL (a database of it to create the workloads' ones from), or "".
+        self.server = config.get("postgres", "")
+        self.cls = (SYSTEMS_POSTGRES if self.server else SYSTEMS)[system]
         self.sync = sync
         self.config = config
+        self.databases: list[str] = []
         self.root = Path(tempfile.mkdtemp(prefix=f"bench-{system}-", dir=config.get("workdir")))
         os.environ["HERMES_HOME"] = str(self.root / "home")
         self.pool = workload.messages(0, config.get("pool", 10_200))
@@ -365,6 +504,10 @@ class Bench:
 
     def open(self) -> System:
         self._n += 1
+        if self.server:
+            url = postgres.fresh_database(self.server, f"bench_{self.system_name}", self.sync)
+            self.databases.append(url)
+            return self.cls(url, self.sync)  # type: ignore[arg-type]
         path = self.root / f"db{self._n}" / "state.db"
         path.parent.mkdir(parents=True, exist_ok=True)
         return self.cls(path, self.sync)
@@ -378,6 +521,9 @@ class Bench:
         for every round."""
         for db in self.root.glob("db*"):
             shutil.rmtree(db, ignore_errors=True)
+        for url in self.databases:
+            postgres.drop_database(self.server, url)
+        self.databases.clear()
 
     @staticmethod
     def seeded(system: System) -> None:
@@ -486,6 +632,7 @@ class Bench:
         barrier.wait()
         for t in pool:
             t.join()
+        flushed = ns() - t0  # every turn durable
         system.settle()  # deferred work counts in the wall time
         wall = ns() - t0
         written = sum(len(s) for s in samples) * turn
@@ -496,6 +643,7 @@ class Bench:
             "messages": written,
             "rows": rows,
             "wall_ns": wall,
+            "flushed_ns": flushed,
             "flush_ns": [x for s in samples for x in s],
             "errors": errors[:5],
             "error_count": len(errors),
@@ -623,6 +771,35 @@ class Bench:
                 break
         rows = system.finish(["scaling"])
         return [*points, {"rows": rows, "messages": len(live)}]
+
+
+    # search: queries over many conversations' messages (seeded unmeasured)
+    def search(self, messages: int, sessions: int, queries: dict[str, list[str]], budget_s: float,
+               least: int = 3) -> dict[str, Any]:
+        system = self.open()
+        per = messages // sessions
+        system.search("warm-up")  # Unsupported before any seeding when it has no search
+        t0 = ns()
+        for i in range(sessions):
+            system.seed(f"s{i:05d}", workload.messages(i * per, (i + 1) * per))
+        seed_ns = ns() - t0
+        t0 = ns()
+        self.seeded(system)
+        settle_ns = ns() - t0
+        kinds: dict[str, Any] = {}
+        for kind, qs in queries.items():
+            samples, hits = [], []
+            start = time.monotonic()
+            gc.collect()
+            for i, q in enumerate(qs):
+                t0 = ns()
+                hits.append(system.search(q))
+                samples.append(ns() - t0)
+                if i + 1 >= least and time.monotonic() - start > budget_s:
+                    break
+            kinds[kind] = {"ns": samples, "hits": hits, "queries": len(qs)}
+        rows = system.finish([f"s{i:05d}" for i in range(sessions)])
+        return {"messages": sessions * per, "rows": rows, "seed_ns": seed_ns, "settle_ns": settle_ns, "kinds": kinds}
 
 
 def run_one(bench: Bench, name: str, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,17 @@
 
 A noise probe (our 20-message flush at FULL) runs first and last; the report
 states how far apart the two were, with the load average.
+
+``--postgres [URL]`` runs the same workloads on a PostgreSQL server instead
+(URL, else ``$HERMES_TEST_POSTGRES_URL``, which ``scripts/postgres`` sets;
+``make bench-postgres`` starts a throwaway one with fsync on): ours, the OpenAI
+Agents SDK's ``SQLAlchemySession`` (asyncpg) and LangGraph's ``PostgresSaver``
+(psycopg) from the PostgreSQL peer venv (``setup_peers.sh postgres``), and the
+one-statement floor (``benches/rust/floor_postgres.rs``); each workload on a
+fresh database of that server; the systems in the order A B C D, then D C B A
+(interleaved, so drift on a shared machine falls on every system alike). It
+writes ``postgres[-quick].json`` and its section of BENCHMARKS.md
+(``render_postgres`` in ``report.py``) beside it.
 """
 
 from __future__ import annotations
@@ -52,6 +63,10 @@ from benchlib.stats import merge, series, summary  # noqa: E402
 
 SYSTEMS = ["hermes", "upstream", "openai", "langgraph"]
 PEERS = {"upstream", "openai", "langgraph"}
+#: On PostgreSQL: hermes-agent has no PostgreSQL store.
+SYSTEMS_POSTGRES = ["hermes", "openai", "langgraph"]
+#: Workloads only ours can run (the peers have no search): measured in the first round only.
+FIRST_ROUND_ONLY = {"search"}
 
 
 def plan(quick: bool) -> dict[str, Any]:
@@ -99,6 +114,29 @@ def plan(quick: bool) -> dict[str, Any]:
     }
 
 
+def plan_postgres(quick: bool) -> dict[str, Any]:
+    """The PostgreSQL run's workloads: the flushes, 50 conversations, the reads and search."""
+    import scale  # its query set, the same as the SQLite search benchmark's
+
+    total = 2000 if quick else 10_000
+    search = {"messages": 100_000, "sessions": 100} if quick else {"messages": 1_000_000, "sessions": 1000}
+    budget = 4 if quick else 30
+    return {
+        "pool": total + 200,
+        "plan": [
+            ["growth:1", {"turn": 1, "total": total // 2 if quick else total, "budget_s": budget}],
+            ["growth:20", {"turn": 20, "total": total, "budget_s": budget}],
+            ["growth:1000", {"turn": 1000, "total": total, "budget_s": budget}],
+            ["concurrent", {"threads": 50, "turns": 3 if quick else 20, "turn": 20, "budget_s": budget}],
+            ["reads", {"size": total, "loads": 5 if quick else 20, "counts": 1000 if quick else 10_000}],
+            ["search", {**search, "budget_s": 3 if quick else 15, "least": 2,
+                        "queries": scale.search_queries(search["messages"])}],
+        ],
+        "floor": {"turns": "1,20,1000", "total": total, "reads": 5 if quick else 20},
+        "probe": {"turn": 20, "total": 1000, "budget_s": 3},
+    }
+
+
 def summarize_driver(raw: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {k: raw[k] for k in ("system", "sync", "python", "sqlite_version") if k in raw}
     for key, value in raw.items():
@@ -140,6 +178,9 @@ def summarize_driver(raw: dict[str, Any]) -> dict[str, Any]:
                 "rows_ok": value["rows"] == value["messages"],
                 "msg_per_s": value["messages"] / wall_s,
                 "wall_s": wall_s,
+                # Until every turn was durable, before the deferred work was waited for.
+                **({"msg_per_s_flushed": value["messages"] / (value["flushed_ns"] / 1e9)}
+                   if value.get("flushed_ns") else {}),
                 "error_count": value["error_count"],
                 "errors": value["errors"],
             }
@@ -150,6 +191,17 @@ def summarize_driver(raw: dict[str, Any]) -> dict[str, Any]:
                 "load": summary(value["load_ns"]),
                 "count": summary(value["count_ns"]) if value["count_ns"] else None,
                 "count_ok": value["count_value"] in (None, value["messages"]),
+            }
+        elif name == "search":
+            out[key] = {
+                "messages": value["messages"],
+                "rows_ok": value["rows"] == value["messages"],
+                "seed_s": value["seed_ns"] / 1e9,
+                "settle_s": value["settle_ns"] / 1e9,
+                "kinds": {
+                    kind: {**summary(k["ns"]), "hits": k["hits"], "queries": k["queries"]}
+                    for kind, k in value["kinds"].items()
+                },
             }
         elif name == "scaling":
             points = [p for p in value if "size" in p]
@@ -178,7 +230,9 @@ def summarize_floor(raw: dict[str, Any]) -> dict[str, Any]:
     for key, value in (raw.get("flush") or {}).items():
         turn, variant = key.split("/")
         total_s = sum(value["flush_ns"]) / 1e9
-        out[f"growth:{turn}" + ("" if variant == "setbased" else f":{variant}")] = {
+        # The floor used for ratios: SQLite's set-based one, PostgreSQL's one statement.
+        main_variant = variant in ("setbased", "statement")
+        out[f"growth:{turn}" + ("" if main_variant else f":{variant}")] = {
             **summary(value["flush_ns"]),
             "turn": int(turn),
             "messages": value["messages"],
@@ -212,21 +266,21 @@ def summarize_floor(raw: dict[str, Any]) -> dict[str, Any]:
 # -- the floor ---------------------------------------------------------------
 
 
-def floor_binary(rebuild: str) -> Path | None:
-    """The floor executable, built with cargo (cached on the inputs' hash)."""
+def floor_binary(rebuild: str, name: str = "floor") -> Path | None:
+    """The floor executable ``name`` (``floor``, or ``floor_postgres``), built with cargo
+    (cached on the inputs' hash)."""
     target = Path(os.environ.get("HERMES_FLOOR_TARGET", ROOT / "target" / "bench"))
-    key = hashlib.sha256(
-        (ROOT / "benches/rust/floor.rs").read_bytes() + (ROOT / "Cargo.lock").read_bytes()
-    ).hexdigest()[:16]
-    cached = target / f"floor-{key}"
+    sources = [ROOT / f"benches/rust/{name}.rs", ROOT / "benches/rust/workload_rows.rs", ROOT / "Cargo.lock"]
+    key = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
+    cached = target / f"{name}-{key}"
     if cached.exists() and rebuild != "always":
         return cached
     if rebuild == "never":
         return None
-    print("floor: building (cargo bench --bench floor --no-run) ...", file=sys.stderr, flush=True)
+    print(f"floor: building (cargo bench --bench {name} --no-run) ...", file=sys.stderr, flush=True)
     env = {**os.environ, "CARGO_TARGET_DIR": str(target)}
     proc = subprocess.run(
-        ["cargo", "bench", "--bench", "floor", "--no-run", "--message-format=json-render-diagnostics"],
+        ["cargo", "bench", "--bench", name, "--no-run", "--message-format=json-render-diagnostics"],
         cwd=ROOT, env=env, capture_output=True, text=True,
     )
     exe = None
@@ -235,11 +289,11 @@ def floor_binary(rebuild: str) -> Path | None:
             msg = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if msg.get("reason") == "compiler-artifact" and msg.get("executable") and msg["target"]["name"] == "floor":
+        if msg.get("reason") == "compiler-artifact" and msg.get("executable") and msg["target"]["name"] == name:
             exe = msg["executable"]
     if proc.returncode != 0 or not exe:
         print(f"floor: build failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}", file=sys.stderr)
-        older = sorted(target.glob("floor-*"), key=lambda p: p.stat().st_mtime)
+        older = sorted(target.glob(f"{name}-*"), key=lambda p: p.stat().st_mtime)
         if older:
             print(f"floor: using the previous build {older[-1]}", file=sys.stderr)
             return older[-1]
@@ -287,6 +341,40 @@ class Floor:
         return raw
 
 
+class PostgresFloor:
+    """The PostgreSQL floor binary, one workload per invocation, each on a fresh database
+    of the server with hermes' schema (made by opening it with ``SessionDB``)."""
+
+    def __init__(self, exe: Path, cfg: dict[str, Any], scratch: Path, server: str) -> None:
+        self.exe, self.cfg, self.scratch, self.server = exe, cfg, scratch, server
+        self.messages = scratch / "floor-messages.json"
+        self.messages.write_text(json.dumps(workload.messages(0, cfg["total"] + 400)))
+        self.info = {"system": "floor"}
+
+    def run(self, part: str, sync: str, turns: str = "") -> dict[str, Any]:
+        from hermes.state import SessionDB
+
+        from benchlib import postgres
+
+        url = postgres.fresh_database(self.server, "bench_floor", sync)
+        try:
+            SessionDB(url).close()
+            out = self.scratch / "floor-out.json"
+            cmd = [
+                str(self.exe), "--url", url, "--messages", str(self.messages), "--sync", sync, "--only", part,
+                "--turns", turns or self.cfg["turns"], "--total", str(self.cfg["total"]),
+                "--reads", str(self.cfg["reads"]), "--out", str(out),
+            ]
+            proc = subprocess.run(cmd, cwd=ROOT)
+            if proc.returncode != 0:
+                return {"error": f"floor_postgres exited {proc.returncode}"}
+            raw = json.loads(out.read_text())
+            out.unlink()
+            return raw  # type: ignore[no-any-return]
+        finally:
+            postgres.drop_database(self.server, url)
+
+
 def workers_hermes(workers: dict[str, Any]) -> protocol.Worker:
     w = workers.get("hermes")
     if not isinstance(w, protocol.Worker):
@@ -321,8 +409,10 @@ def primary(name: str, summ: Any) -> Any:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes (< 3 minutes)")
-    ap.add_argument("--sync", default="FULL,NORMAL", help="synchronous levels (default FULL,NORMAL)")
-    ap.add_argument("--systems", default=",".join([*SYSTEMS, "floor"]))
+    ap.add_argument("--postgres", nargs="?", const=os.environ.get("HERMES_TEST_POSTGRES_URL", ""), default=None,
+                    metavar="URL", help="on this PostgreSQL server (default: $HERMES_TEST_POSTGRES_URL)")
+    ap.add_argument("--sync", default="", help="synchronous levels (default FULL,NORMAL; FULL on PostgreSQL)")
+    ap.add_argument("--systems", default="", help="default: every system of the run, and the floor")
     ap.add_argument("--workloads", default="", help="only these workloads (growth,noop,concurrent,reads,scaling)")
     protocol.add_peers_argument(ap)
     ap.add_argument("--hermes-python", default=sys.executable, help="interpreter with hermes installed")
@@ -334,9 +424,14 @@ def main() -> int:
     args = ap.parse_args()
 
     started = time.monotonic()
-    systems = [s for s in args.systems.split(",") if s]
-    syncs = [s.upper() for s in args.sync.split(",") if s]
-    config = plan(args.quick)
+    on_server = args.postgres is not None
+    if on_server and not args.postgres:
+        raise SystemExit("run.py --postgres: no URL given and no $HERMES_TEST_POSTGRES_URL "
+                         "(run it inside scripts/postgres, or use make bench-postgres)")
+    every = SYSTEMS_POSTGRES if on_server else SYSTEMS
+    systems = [s for s in (args.systems or ",".join([*every, "floor"])).split(",") if s]
+    syncs = [s.upper() for s in (args.sync or ("FULL" if on_server else "FULL,NORMAL")).split(",") if s]
+    config = plan_postgres(args.quick) if on_server else plan(args.quick)
     if args.workloads:
         config["workloads"] = args.workloads.split(",")
 
@@ -344,14 +439,16 @@ def main() -> int:
     if not peers_python:
         systems = [s for s in systems if s not in PEERS]
 
-    exe = floor_binary(args.floor_build) if "floor" in systems else None
+    exe = floor_binary(args.floor_build, "floor_postgres" if on_server else "floor") if "floor" in systems else None
     if exe is None:
         systems = [s for s in systems if s != "floor"]
 
     scratch = Path(tempfile.mkdtemp(prefix="hermes-bench-"))
-    rounds = args.rounds or (1 if args.quick else 3)
+    # On PostgreSQL: A B C D D C B A.
+    rounds = args.rounds or (1 if args.quick else 2 if on_server else 3)
     doc: dict[str, Any] = {
         "kind": "quick" if args.quick else "full",
+        "backend": "postgres" if on_server else "sqlite",
         "started_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(["python", "benches/run.py", *sys.argv[1:]]),
         "machine": machine(scratch),
@@ -363,6 +460,17 @@ def main() -> int:
         "loadavg_start": loadavg(),
         "results": {},
     }
+    if on_server:
+        from benchlib import postgres
+
+        doc["order"] = systems
+        doc["server"] = postgres.run(args.postgres, "SELECT version()")
+        doc["server_settings"] = dict(
+            line.split("|", 1) for line in postgres.run(
+                args.postgres, "SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', "
+                "'full_page_writes', 'wal_sync_method', 'shared_buffers', 'max_connections') ORDER BY name"
+            ).splitlines()
+        )
     print(
         f"bench: {doc['kind']} run, {rounds} round(s), systems {systems}, sync {syncs}, scratch {scratch}",
         file=sys.stderr,
@@ -375,10 +483,13 @@ def main() -> int:
         for system in systems:
             if system == "floor":
                 assert exe is not None
-                workers[system] = Floor(exe, config["floor"], scratch)
+                workers[system] = (PostgresFloor(exe, config["floor"], scratch, args.postgres) if on_server
+                                   else Floor(exe, config["floor"], scratch))
             else:
                 python = args.hermes_python if system == "hermes" else peers_python
                 cfg = {"pool": config["pool"], "workdir": str(scratch)}
+                if on_server:
+                    cfg["postgres"] = args.postgres
                 workers[system] = protocol.Worker(
                     python, BENCHES / "driver.py", "--serve", system, json.dumps(cfg), name=system
                 )
@@ -386,13 +497,18 @@ def main() -> int:
         doc["probe_start"] = run_probe(workers_hermes(workers), probe)
         only = set(config.get("workloads") or [])
         for rnd in range(rounds):
-            order = systems[rnd % len(systems):] + systems[: rnd % len(systems)]
+            if on_server:  # A B C D, then D C B A
+                order = systems if rnd % 2 == 0 else systems[::-1]
+            else:
+                order = systems[rnd % len(systems):] + systems[: rnd % len(systems)]
             for sync in syncs:
-                if "floor" in systems:
+                if "floor" in systems and not on_server:
                     raw = workers["floor"].run("fsync", sync)
                     per_round[sync]["floor"].setdefault("fsync", []).append(summarize_floor(raw).get("fsync"))
                 for name, kwargs in config["plan"]:
                     if only and name.split(":")[0] not in only:
+                        continue
+                    if rnd and name in FIRST_ROUND_ONLY:
                         continue
                     for system in order:
                         # No system is measured while the kernel writes back
@@ -402,7 +518,7 @@ def main() -> int:
                         t0 = time.monotonic()
                         if system == "floor":
                             part = name.split(":")[0]
-                            if part not in ("growth", "reads", "scaling"):
+                            if part not in ("growth", "reads", "scaling") or (on_server and part == "scaling"):
                                 continue
                             raw = workers["floor"].run(part, sync, turns=str(kwargs.get("turn", "")))
                             got = summarize_floor(raw) if "error" not in raw else {name: raw}
@@ -426,7 +542,8 @@ def main() -> int:
         doc["results"][sync] = {}
         for system in systems:
             info = dict(workers[system].info) if system in workers else {}
-            merged: dict[str, Any] = {k: v for k, v in info.items() if k in ("system", "python", "sqlite_version")}
+            merged: dict[str, Any] = {k: v for k, v in info.items()
+                                      if k in ("system", "python", "sqlite_version", "packages")}
             for name, rounds_of in per_round[sync][system].items():
                 merged[name] = merge(rounds_of)
                 merged[name + "@rounds"] = [primary(name, r) for r in rounds_of]
@@ -441,8 +558,17 @@ def main() -> int:
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     suffix = "-quick" if args.quick else ""
     out = args.out or results / f"{stamp}-{doc['code']['commit']}{suffix}.json"
+    if on_server:
+        out = args.out or results / f"postgres{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1))
+    if on_server:  # its section of BENCHMARKS.md beside it (make bench-report puts it in)
+        import report
+
+        out.with_suffix(".md").write_text(report.render_postgres(doc))
+        print(f"bench: results in {out}, its section in {out.with_suffix('.md')} ({doc['seconds']}s)",
+              file=sys.stderr)
+        return 0
     pytest_benchmark_json.write(doc, out.parent / "pytest-benchmark" / out.name)
     partial = bool(args.workloads or args.out) or set(systems) != {*SYSTEMS, "floor"}
     if not partial:  # latest*.json always holds a complete run

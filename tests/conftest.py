@@ -18,7 +18,6 @@ import pytest
 from support import postgres
 from support.agents import agent_shell
 
-from hermes.paths import is_database_url, state_db_path
 from hermes.state import SessionDB
 
 
@@ -30,20 +29,7 @@ def _stores_on_postgresql(monkeypatch: pytest.MonkeyPatch) -> None:
         return
     from hermes.state import face
 
-    opened_on_file = face.StoreFace.__init__
-    databases: dict[str, str] = {}
-
-    def on_postgresql(self: face.StoreFace, db_path: str | Path | None = None,
-                      **options: Any) -> None:
-        location = db_path if db_path is not None else state_db_path()
-        if not is_database_url(location):
-            key = str(Path(location).resolve())
-            if key not in databases:
-                databases[key] = postgres.fresh_store()
-            location = databases[key]
-        opened_on_file(self, location, **options)
-
-    monkeypatch.setattr(face.StoreFace, "__init__", on_postgresql)
+    monkeypatch.setattr(face.StoreFace, "__init__", postgres.opening_on_the_server())
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -73,9 +73,28 @@ def loadavg() -> list[float]:
         return []
 
 
+#: The distributions a peer's figures depend on, recorded with its worker's facts where installed.
+PACKAGES = {
+    "upstream": ["hermes-agent"],
+    "openai": ["openai-agents", "sqlalchemy", "asyncpg"],
+    "langgraph": ["langgraph-checkpoint-sqlite", "langgraph-checkpoint-postgres", "psycopg", "psycopg-pool"],
+}
+
+
 def interpreter(system: str) -> dict[str, Any]:
-    """A worker's own facts: its Python, and the SQLite the system runs on (ours bundles one)."""
-    info = {"system": system, "python": sys.version.split()[0], "python_sqlite": sqlite3.sqlite_version}
+    """A worker's own facts: its Python, the SQLite the system runs on (ours bundles one), and
+    the versions of the peer's packages."""
+    from importlib import metadata
+
+    info: dict[str, Any] = {"system": system, "python": sys.version.split()[0],
+                            "python_sqlite": sqlite3.sqlite_version}
+    packages = {}
+    for name in PACKAGES.get(system, []):
+        try:
+            packages[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    info["packages"] = packages
     if system == "hermes":
         import hermes._core as core
 

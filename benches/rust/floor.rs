@@ -50,6 +50,10 @@ use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection};
 use serde_json::{json, Value as Json};
 
+#[path = "workload_rows.rs"]
+mod workload_rows;
+use workload_rows::{load_rows, Row};
+
 struct Args {
     template: Option<PathBuf>,
     messages: Option<PathBuf>,
@@ -179,35 +183,6 @@ fn workload_messages(args: &Args) -> PathBuf {
     let path = args.workdir.join("messages.json");
     fs::write(&path, out.stdout).expect("write the messages");
     path
-}
-
-/// One message row, encoded once before timing.
-struct Row {
-    role: String,
-    content: Option<String>,
-    tool_call_id: Option<String>,
-    tool_calls: Option<String>,
-    tool_call_count: i64,
-    tool_name: Option<String>,
-}
-
-fn load_rows(path: &Path) -> Vec<Row> {
-    let text = fs::read_to_string(path).expect("read the messages");
-    let list: Vec<Json> = serde_json::from_str(&text).expect("--messages is a JSON list");
-    let str_of = |m: &Json, k: &str| m.get(k).and_then(Json::as_str).map(str::to_owned);
-    list.iter()
-        .map(|m| {
-            let calls = m.get("tool_calls").filter(|c| !c.is_null());
-            Row {
-                role: str_of(m, "role").expect("role"),
-                content: str_of(m, "content"),
-                tool_call_id: str_of(m, "tool_call_id"),
-                tool_calls: calls.map(|c| c.to_string()),
-                tool_call_count: calls.and_then(Json::as_array).map_or(0, |a| a.len() as i64),
-                tool_name: str_of(m, "tool_name"),
-            }
-        })
-        .collect()
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -31,6 +31,8 @@ __all__ = [
     "Update",
     "WriterBusyError",
     "__version__",
+    "file_problems",
+    "mend_schema",
     "set_writes_wait",
 ]
 
@@ -85,6 +87,18 @@ _Filter: TypeAlias = (
     | tuple[Literal["not"], _Filter]
 )
 _OnConflict: TypeAlias = Literal["fail", "ignore", "replace", "fill_nulls"]
+
+def file_problems(path: str | PathLike[str]) -> list[str]:
+    """What is wrong with the SQLite file at ``path``, each as SQLite says it: empty when its
+    schema reads and ``PRAGMA integrity_check`` finds nothing. A file that cannot be opened
+    (missing, unreadable) raises."""
+
+def mend_schema(path: str | PathLike[str]) -> Literal[
+        "healthy", "duplicates_removed", "search_index_dropped"]:
+    """Mends the schema of the SQLite file at ``path``, least destructive first: a definition
+    held twice removed, else the search index dropped (the next open creates it again, empty).
+    Sessions and messages are never touched; damage beyond those raises
+    ``CorruptDatabaseError``."""
 
 def set_writes_wait(wait: bool) -> bool:
     """Whether writes on the calling thread may wait for other writers; returns the previous

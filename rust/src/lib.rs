@@ -15,6 +15,8 @@ pub mod encode;
 #[cfg(feature = "python")]
 pub mod exceptions;
 #[cfg(feature = "python")]
+pub mod py_mend;
+#[cfg(feature = "python")]
 pub mod py_ops;
 #[cfg(feature = "python")]
 pub mod py_store;
@@ -38,6 +40,9 @@ mod _core {
 
     #[pymodule_export]
     use crate::py_ops::{Append, Delete, Insert, Select, Update};
+
+    #[pymodule_export]
+    use crate::py_mend::{file_problems, mend_schema};
 
     #[pymodule_export]
     use crate::exceptions::{

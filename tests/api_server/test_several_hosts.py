@@ -222,9 +222,8 @@ def test_a_server_restart_under_load_loses_no_turn_and_stores_none_twice(
                     at = turns.index(("user", text))
                     assert turns[at + 1] == ("assistant", f"echo: {text}"), (n, t)
         failed = [o for o in outcomes if o[2] != 200]
-        if failed:
+        if failed:  # rare since reads and writes reconnect: README, Limits
             pytest.xfail(
-                f"{len(failed)} of {len(outcomes)} turns failed during the restart (500): the "
-                "PostgreSQL backend does not retry a read on a lost connection (README, Limits), "
-                "so a turn whose transcript load or count meets the restart fails; the answered "
-                f"ones are all stored once. First: {failed[0]}")
+                f"{len(failed)} of {len(outcomes)} turns failed during the restart (README, "
+                "Limits: one run in about nine here, cause not found yet); the answered ones "
+                f"are all stored once. First: {failed[0]}")

@@ -246,9 +246,9 @@ def test_progress_is_plain_lines_when_piped_and_a_bar_on_a_terminal(
     summary = [line.split("\t") for line in piped.stdout.splitlines()]
     assert summary[0] == ["relation", "in source", "copied", "already there"]
     assert ["messages", f"{total:,}", f"{total:,}", "0"] in summary
-    # On a terminal: a bar while it copies (the pages are small, so it lasts past 0.5 s).
+    # On a terminal: a bar while it copies (pages of one row, so it lasts well past 0.5 s).
     shown = spawn(hermes_home, "migrate", str(source), str(tmp_path / "shown.db"),
-                  "--page-rows", "20", timeout=120)
+                  "--page-rows", "1", timeout=120)
     shown.expect("copying")
     shown.expect(r"copied [\d,]+ rows from")
     shown.expect(pexpect.EOF)

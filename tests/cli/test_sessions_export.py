@@ -101,6 +101,16 @@ def test_filters_select_ended_sessions_archived_ones_included(hermes_home: Path,
     assert "no sessions match (source 'nowhere'); nothing exported" in done.stderr
 
 
+def test_an_empty_store_exports_nothing_and_says_so(hermes_home: Path) -> None:
+    SessionDB(hermes_home / "state.db").close()
+    done = hermes(hermes_home, "sessions", "export")
+    assert done.returncode == 0 and done.stdout == ""
+    assert "no sessions are stored; nothing exported" in done.stderr
+    line = one_line_failure(hermes(hermes_home, "sessions", "export", "--db",
+                                   str(hermes_home / "elsewhere.db")))
+    assert "no session database" in line
+
+
 def test_a_dry_run_lists_what_it_would_export_and_writes_nothing(hermes_home: Path,
                                                                  store: Path,
                                                                  tmp_path: Path) -> None:
@@ -195,6 +205,13 @@ def test_html_of_several_sessions_links_to_each(hermes_home: Path, store: Path,
     ids = [value for name, value in page.attributes if name == "id"]
     assert len(links) == 5 and [link.lstrip("#") for link in links] == ids
     assert page.tags.count("section") == 5
+    # A compression chain is one section; the link to each of its sessions lands there.
+    page = parsed(exported(hermes_home, "--source", "cli", "--lineage", "logical", "--format",
+                           "html"))
+    links = [value for name, value in page.attributes if name == "href"]
+    ids = [value for name, value in page.attributes if name == "id"]
+    assert len(links) == 2 and all(link.lstrip("#") in ids for link in links)
+    assert page.tags.count("section") == 1
 
 
 def test_markdown_fences_hold_whatever_the_tool_printed(hermes_home: Path,

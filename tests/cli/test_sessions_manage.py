@@ -4,8 +4,6 @@ parsed back, and their confirmation (a pty answers it; a pipe cannot)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -223,34 +221,3 @@ def test_optimize_changes_no_session(hermes_home: Path, store: Path) -> None:
     assert as_json(hermes(hermes_home, "sessions", "list", "--json")) == before
     hits = as_json(hermes(hermes_home, "sessions", "search", "hello", "--json"))
     assert len(hits) == 5  # the search index still answers
-
-
-# -- repair ------------------------------------------------------------------------------
-
-# Another process damages the word index's data (as a crash of a careless writer could),
-# leaving the messages themselves intact.
-DAMAGE = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
-          "c.execute(\"UPDATE messages_fts_data SET block = x'0000ffff' WHERE id > 10\"); "
-          "c.commit()")
-
-
-def test_repair_rebuilds_a_damaged_search_index(hermes_home: Path, store: Path) -> None:
-    assert as_json(hermes(hermes_home, "sessions", "repair", "--check-only", "--json"))[
-        "healthy"] is True
-    subprocess.run([sys.executable, "-c", DAMAGE, str(store)], check=True)
-    check = hermes(hermes_home, "sessions", "repair", "--check-only")
-    assert check.returncode == 1 and "hermes sessions repair" in check.stdout
-
-    report = as_json(hermes(hermes_home, "sessions", "repair", "--json"))
-    assert report["problem_before"] and report["search_indexes_rebuilt"] >= 1
-    backup = Path(report["backup"])
-    assert backup.exists() and backup.stat().st_mode & 0o777 == 0o600
-    hits = as_json(hermes(hermes_home, "sessions", "search", "hello", "--json"))
-    assert len(hits) == 5
-    assert len(ids(hermes_home)) == 5
-
-
-def test_repair_of_a_file_that_is_no_database_is_one_line(hermes_home: Path) -> None:
-    (hermes_home / "state.db").write_bytes(b"this is not a database" * 100)
-    line = one_line_failure(hermes(hermes_home, "sessions", "repair"))
-    assert "state.db" in line

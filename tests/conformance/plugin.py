@@ -43,6 +43,7 @@ class ConformancePlugin:
     out_of_scope: Mapping[str, str]
     known_failures: Mapping[str, str] | None
     min_pass_rate: float | None = None
+    known_failures_file: str = "known_failures.json"  # named in the summary
 
     outcomes: dict[str, str] = field(default_factory=dict)  # case id -> outcome, in run order
     causes: dict[str, str] = field(default_factory=dict)  # case id -> first failure's cause
@@ -80,9 +81,11 @@ class ConformancePlugin:
         ]
         for case in self.known_failures or {}:
             if case.split("[", 1)[0] in self.out_of_scope:
-                self.problems.append(f"{case}: in known_failures.json but out of scope")
+                self.problems.append(f"{case}: in {self.known_failures_file} but out of scope")
             elif case not in self.public_cases:
-                self.problems.append(f"{case}: in known_failures.json but not a test of the file")
+                self.problems.append(
+                    f"{case}: in {self.known_failures_file} but not a test of the file"
+                )
 
     # -- outcomes -------------------------------------------------------------------
 
@@ -142,7 +145,7 @@ class ConformancePlugin:
         rows = [
             ("public-API cases", public, ""),
             ("  passed", passed, f"{passed / public:.1%}" if public else ""),
-            ("  failed, known", self.count("failed, known"), "known_failures.json"),
+            ("  failed, known", self.count("failed, known"), self.known_failures_file),
             (
                 "  failed, NOT known",
                 self.count("failed"),
@@ -151,7 +154,7 @@ class ConformancePlugin:
             (
                 "  passed, but listed as known",
                 self.count("passed, but listed as known"),
-                "take them off known_failures.json",
+                f"take them off {self.known_failures_file}",
             ),
             ("  skipped by the test", self.count("skipped by the test"), ""),
             ("  not run (deselected)", public - len(self.outcomes), ""),

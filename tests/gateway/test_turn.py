@@ -375,7 +375,9 @@ async def test_a_first_turn_never_waits_on_the_loop_for_another_writer(
     monkeypatch.setattr(runner.session_store, "append_to_transcript", recording)
 
     turn_task = asyncio.ensure_future(runner._handle_message(event("hello")))
-    while not meta_writes:
+    for _ in range(2000):  # 10 s at most
+        if meta_writes:
+            break
         await asyncio.sleep(0.005)
     assert meta_writes == [(True, "WriterBusyError")]
     for _ in range(20):  # 0.2 s in which the loop keeps running: this sleep returns

@@ -260,7 +260,8 @@ def test_a_long_session_id_can_be_spooled(tmp_path: Path, session_id: str) -> No
 #: cannot carry input. A new one fails test_sql_is_built_only_from_reviewed_identifiers until
 #: it is reviewed and listed here.
 REVIEWED_SQL_FORMATS = {
-    ("commit.rs", "BEGIN; SET LOCAL synchronous_commit TO {sync}; {TAKE}"):
+    ("commit.rs", "BEGIN; SET LOCAL synchronous_commit TO {sync}; SELECT {TAKE}, "
+                  "pg_current_xact_id()::text"):
         "string literals 'on' or 'off' (the durability); the constant TAKE (PostgreSQL)",
     ("commit.rs", "SELECT 1 FROM sessions WHERE id = ANY($1) ORDER BY id FOR UPDATE{wait}"):
         "string literals '' or ' NOWAIT' (PostgreSQL; the ids are a bound parameter)",
@@ -297,10 +298,6 @@ REVIEWED_SQL_FORMATS = {
     ("schema.rs", "INSERT INTO messages_fts_trigram(rowid, content) SELECT id, {INDEXED_TEXT} "
                   "FROM messages"):
         "the constant INDEXED_TEXT",
-    ("search.rs", "(SELECT n.id FROM messages n WHERE n.session_id = h.session_id AND (n.timestamp "
-                  "{cmp} h.timestamp OR (n.timestamp = h.timestamp AND n.id {cmp} h.id)) ORDER BY "
-                  "n.timestamp {dir}, n.id {dir} LIMIT 1)"):
-        "string literals: '<' or '>', 'ASC' or 'DESC'",
     ("search.rs", "SELECT h.*, b.role AS before_role, b.content AS before_content, a.role AS "
                   "after_role, a.content AS after_content FROM (SELECT h.*, {before} AS before_id, "
                   "{after} AS after_id FROM ({inner}) h) h LEFT JOIN messages b ON b.id = "
@@ -314,6 +311,10 @@ REVIEWED_SQL_FORMATS = {
         "a literal index table name; the constant HIT_COLUMNS; the filters and page of "
         "Statement (literal clauses and bound parameters); an order of string literals (the "
         "query itself is bound)",
+    ("search.rs", "(SELECT n.id FROM messages n WHERE n.session_id = h.session_id AND "
+                  "(n.timestamp, n.id) {cmp} (h.timestamp, h.id) ORDER BY n.timestamp {dir}, "
+                  "n.id {dir} LIMIT 1)"):
+        "string literals: '<' or '>', 'ASC' or 'DESC'",
     ("search.rs", "SELECT m.id, substr({INDEXED_TEXT}, max(1, instr({INDEXED_TEXT}, {first}) - "
                   "40), 120) AS snippet, {HIT_COLUMNS}, 0 AS hit_rank FROM messages m JOIN "
                   "sessions s ON s.id = m.session_id WHERE {found}{filters} ORDER BY m.timestamp "

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,42 @@ def test_sessions_commands_take_a_database_url(
     assert not (hermes_home / "state.db").exists(), "no file was created beside it"
     assert main(["sessions", "list", "--database-url", url, "--db", "x.db"]) == 1
     assert "give one" in capsys.readouterr().err
+
+
+@needs_server
+def test_a_closed_store_holds_no_server_connection() -> None:
+    # Closing ends the connections at once, not when the object is garbage: a test run (or
+    # a gateway) that keeps closed stores referenced must not run the server out of them.
+    url = postgres.fresh_store() + "&application_name=hermes_closing"
+    db = SessionDB(url)
+    db.create_session("s1", "cli")
+    db.append_message("s1", "user", "hello")
+    assert db.get_messages("s1")
+    assert postgres.connections_named("hermes_closing") >= 2, "a writer and a reader"
+    db.close()
+    assert postgres.connections_named("hermes_closing", settle_at_most=0) == 0
+    assert db.location  # still referenced
+
+
+@needs_server
+def test_a_burst_of_reads_keeps_a_bounded_pool_open() -> None:
+    url = postgres.fresh_store() + "&application_name=hermes_burst"
+    with SessionDB(url) as db:
+        db.create_session("s1", "cli")
+        db.append_messages("s1", [{"role": "user", "content": f"m{i}"} for i in range(200)])
+        start = threading.Barrier(24)
+        loaded: list[int] = []
+
+        def read() -> None:
+            start.wait()
+            for _ in range(5):
+                loaded.append(len(db.get_messages("s1")))
+
+        readers = [threading.Thread(target=read) for _ in range(24)]
+        for thread in readers:
+            thread.start()
+        for thread in readers:
+            thread.join()
+        assert loaded == [200] * 120
+        open_now = postgres.connections_named("hermes_burst", settle_at_most=9)
+        assert open_now <= 9, "8 idle readers and the writer"

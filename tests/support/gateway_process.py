@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 import yaml
+from support import postgres
 from support.processes import child_env
 
 _MAIN = ("import logging, sys; "
@@ -36,8 +37,12 @@ class GatewayProcess:
         self.port = 0
 
     def config(self) -> dict[str, Any]:
-        """The process's ``config.yaml``."""
+        """The process's ``config.yaml``; on the PostgreSQL leg its store is the one that
+        stands for ``state_db`` there (``support/postgres.py``)."""
+        database = {"database": {"url": postgres.store_url(self.state_db)}} \
+            if postgres.ENABLED else {}
         return {
+            **database,
             "state_db": str(self.state_db),
             "gateway": {
                 "agent_factory": "support.scripted_agent:build_agent",

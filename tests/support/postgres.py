@@ -1,20 +1,25 @@
 """The PostgreSQL leg of the Python tests: with ``HERMES_TEST_STORE=postgresql`` every
 ``SessionDB`` a test opens on a file path opens a fresh store on the test server
 (``HERMES_TEST_POSTGRES_URL``, started by ``scripts/postgres``) instead, one per path, so a
-test that reopens its file reopens its store. A store is a schema of its own, named by the
-URL's ``options=-csearch_path=...`` (a schema costs the server nothing like a database's
-files). Tests that look at the file
-itself cannot pass there: ``postgres_known_failures.json`` names each with its reason.
+test that reopens its file reopens its store, and a gateway process the test starts on that
+file (``support/gateway_process.py``) is given the same store's URL (:func:`store_url`). A
+store is a schema of its own, named by the URL's ``options=-csearch_path=...`` (a schema costs
+the server nothing like a database's files). Tests that look at the file itself cannot pass
+there: ``postgres_known_failures.json`` names each with its reason.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import shutil
 import subprocess
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 ENABLED = os.environ.get("HERMES_TEST_STORE", "") == "postgresql"
 KNOWN_FAILURES = Path(__file__).with_name("postgres_known_failures.json")
@@ -30,17 +35,84 @@ def server_url() -> str:
     return url
 
 
+def psql(sql: str, *, url: str | None = None) -> str:
+    """Runs ``sql`` on the test server (or the server at ``url``); its output, unaligned. A
+    failure raises, with psql's message."""
+    program = _PSQL if os.path.exists(_PSQL) else shutil.which("psql") or "psql"
+    done = subprocess.run([program, "-qAt", url or server_url(), "-c", sql],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"psql exited {done.returncode} on {sql!r}: {done.stderr.strip()}")
+    return done.stdout
+
+
 def fresh_store() -> str:
     """The URL of a new, empty store (a schema) on the test server."""
-    base = server_url()
     name = f"hermes_pytest_{os.getpid()}_{next(_names)}"
-    psql = _PSQL if os.path.exists(_PSQL) else shutil.which("psql") or "psql"
-    subprocess.run([psql, "-qAt", base, "-c", f"CREATE SCHEMA {name}"], check=True,
-                   capture_output=True)
-    return f"{base}?options=-csearch_path%3D{name}"
+    psql(f"CREATE SCHEMA {name}")
+    return f"{server_url()}?options=-csearch_path%3D{name}"
+
+
+def connections_named(application_name: str, *, settle_at_most: int | None = None) -> int:
+    """How many connections to the test server give ``application_name``. With
+    ``settle_at_most``, waits (up to 5 s) for there to be no more than that: a server process
+    whose client has gone takes a moment to leave ``pg_stat_activity``."""
+    deadline = time.monotonic() + 5
+    while True:
+        count = int(psql("SELECT count(*) FROM pg_stat_activity "
+                         f"WHERE application_name = '{application_name}'"))
+        if settle_at_most is None or count <= settle_at_most or time.monotonic() > deadline:
+            return count
+        time.sleep(0.05)
 
 
 def known_failures() -> dict[str, str]:
     """Test id (relative to tests/) → why it cannot pass on PostgreSQL."""
     data: dict[str, str] = json.loads(KNOWN_FAILURES.read_text(encoding="utf-8"))
     return data
+
+
+#: The current test's stores: a file path -> the URL of the store opened for it.
+_stores: dict[str, str] = {}
+
+
+def store_url(path: str | Path) -> str:
+    """The URL of the store that stands for the file ``path`` (a fresh one the first time):
+    what a test's own stores and the processes it starts on that file both open."""
+    key = str(Path(path).resolve())
+    if key not in _stores:
+        _stores[key] = fresh_store()
+    return _stores[key]
+
+
+def opening_on_the_server() -> Callable[..., None]:
+    """A ``StoreFace.__init__`` that opens, for each file path, its store on the test server
+    (:func:`store_url`, so reopening a path reopens its store); a URL opens as given. The
+    stores of an earlier test are forgotten."""
+    from hermes.paths import is_database_url, state_db_path
+    from hermes.state import face
+
+    _stores.clear()
+    opened_on_file = face.StoreFace.__init__
+
+    def on_the_server(self: face.StoreFace, db_path: str | Path | None = None,
+                      **options: Any) -> None:
+        location = db_path if db_path is not None else state_db_path()
+        if not is_database_url(location):
+            location = store_url(location)
+        opened_on_file(self, location, **options)
+
+    return on_the_server
+
+
+@contextlib.contextmanager
+def stores_on_the_server() -> Iterator[None]:
+    """Inside the block, every store opened on a file path opens on the test server instead."""
+    from hermes.state import face
+
+    opened_on_file = face.StoreFace.__init__
+    setattr(face.StoreFace, "__init__", opening_on_the_server())
+    try:
+        yield
+    finally:
+        setattr(face.StoreFace, "__init__", opened_on_file)

@@ -122,7 +122,8 @@ def export_sessions(args: argparse.Namespace) -> int:
             return 0
         if not selection:
             # On stderr: stdout may be the file a script reads the export from.
-            print(f"no sessions match ({what}); nothing exported", file=sys.stderr)
+            found = f"match ({what})" if filtered else "are stored"
+            print(f"no sessions {found}; nothing exported", file=sys.stderr)
             return 0
         several = ident is None
         if several and args.format == "trace":

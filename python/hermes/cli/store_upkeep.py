@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hermes.cli.arguments import Commands, add_db_flag, add_json_flag
-from hermes.cli.configuration import open_db
+from hermes.cli.configuration import open_db, store_location
 from hermes.cli.failures import CommandError
 from hermes.cli.output import print_json, print_text, progress
 from hermes.errors import StateDbError
@@ -41,15 +41,17 @@ def add_commands(commands: Commands) -> None:
     optimize.set_defaults(handler=optimize_store)
 
     repair = commands.add_parser(
-        "repair", help="rebuild the search index from the messages (when searches or writes "
-                       "fail on it)",
-        description="Copies the file first (state.db.bak-TIME, unless --no-backup), then "
-                    "indexes every message afresh from the messages themselves; no session or "
-                    "message changes. A file that cannot be opened at all is beyond it: "
-                    "restore a backup. Run it when the gateway is stopped.")
+        "repair", help="mend a damaged state.db: a malformed schema, a broken search index",
+        description="Looks first (the schema read, PRAGMA integrity_check, a search), copies "
+                    "the file (state.db.bak-TIME, unless --no-backup), then mends what it "
+                    "found, least destructive first: the search index rebuilt from the "
+                    "messages; a definition the schema holds twice removed; the search index "
+                    "dropped and built again. No session or message changes. Damage in the "
+                    "sessions or messages themselves is beyond it: restore a backup. Run it "
+                    "when the gateway is stopped.")
     repair.add_argument("--check-only", action="store_true",
-                        help="only say whether the file opens and its search index answers "
-                             "(exit status 1 if not)")
+                        help="only say what is wrong, changing nothing (exit status 1 if "
+                             "anything is)")
     repair.add_argument("--no-backup", action="store_true",
                         help="skip the copy made first (not recommended)")
     add_json_flag(repair)
@@ -99,43 +101,97 @@ def optimize_store(args: argparse.Namespace) -> int:
 
 
 def repair_store(args: argparse.Namespace) -> int:
-    with open_db(args) as db:
-        with progress("checking"):
-            problem = _search_index_problem(db)
-        if args.check_only:
-            if args.json:
-                print_json({"database": str(db.db_path), "healthy": problem is None,
-                            "problem": problem})
-            else:
-                print_text(f"{db.db_path} opens, and its search index answers" if problem is None
-                           else f"{db.db_path}: {problem}; `hermes sessions repair` rebuilds "
-                                "the search index")
-            return 0 if problem is None else 1
-        backup = None if args.no_backup else _backup(_file(db, "repair"))
-        with progress("rebuilding the search index"):
-            rebuilt = db.rebuild_fts()
-        after = _search_index_problem(db)
-    if after is not None:
-        advice = f"restore the copy made first, {backup}" if backup else "restore a backup"
-        raise CommandError(f"the search index still fails after its rebuild: {after}; "
-                           f"{advice}")
+    location = store_location(args)
+    if not isinstance(location, Path):
+        raise CommandError(_file_only("repair", location))
+    if not location.exists():
+        raise CommandError(f"no session database at {location}; nothing to repair")
+    with progress("checking (schema, integrity, search)"):
+        problems = _problems(location)
+    if args.check_only:
+        if args.json:
+            print_json({"database": str(location), "healthy": not problems,
+                        "problems": problems})
+        elif problems:
+            print_text(f"{location}: {'; '.join(problems)}",
+                       "`hermes sessions repair` mends it (a copy of the file is made first)")
+        else:
+            print_text(f"{location}: its schema reads, its pages and indexes check out, and "
+                       "its search index answers")
+        return 1 if problems else 0
+    backup = None if args.no_backup else _backup(location)
+    restore = f"restore the copy made first, {backup}" if backup else "restore a backup"
+    try:
+        with progress("repairing"):
+            mended, rebuilt = _mend(location, problems)
+    except StateDbError as exc:
+        raise CommandError(f"{exc}; {restore}") from None
+    with progress("checking again"):
+        left = _problems(location)
+    if left:
+        raise CommandError(f"{location} is still damaged after the repair: {'; '.join(left)}; "
+                           f"{restore}")
     if args.json:
-        print_json({"problem_before": problem, "search_indexes_rebuilt": rebuilt,
+        print_json({"database": str(location), "problems_before": problems, "mended": mended,
+                    "search_indexes_rebuilt": rebuilt,
                     "backup": str(backup) if backup else None})
         return 0
     print_text(*([f"copied the file first to {backup}"] if backup else []),
-               f"rebuilt {rebuilt} search index(es) from the messages"
-               + (f" (before: {problem})" if problem else " (it was healthy)"))
+               *([f"found: {'; '.join(problems)}"] if problems else ["found nothing wrong"]),
+               *([_MENDED[mended]] if mended in _MENDED else []),
+               f"rebuilt {rebuilt} search index(es) from the messages; {location} checks out")
     return 0
 
 
-def _search_index_problem(db: SessionDB) -> str | None:
-    """Why a search fails on the store, or ``None`` when one answers."""
+_MENDED = {
+    "duplicates_removed": "removed the definitions the schema held twice (the search index "
+                          "kept)",
+    "search_index_dropped": "dropped the search index's tables, to build them again from the "
+                            "messages",
+}
+
+
+def _mend(path: Path, problems: list[str]) -> tuple[str, int]:
+    """Mends what was found, least destructive first: the search index rebuilt in place; if
+    the store cannot open the file or that was not enough, its schema mended (``mend_schema``)
+    and the index rebuilt again. Returns what did it (``nothing`` was wrong,
+    ``search_index_rebuilt``, ``duplicates_removed``, ``search_index_dropped``) and how many
+    search indexes were rebuilt."""
+    from hermes.state import mend_schema
+
+    if not problems:
+        return "nothing", _rebuild_search_index(path)
     try:
-        db.search_messages("hermes", limit=1)
-    except StateDbError as exc:
-        return str(exc)
-    return None
+        rebuilt = _rebuild_search_index(path)
+        if not _problems(path):
+            return "search_index_rebuilt", rebuilt
+    except StateDbError:
+        pass  # a schema SQLite cannot read: no store opens the file
+    how = mend_schema(path)
+    return how, _rebuild_search_index(path)
+
+
+def _rebuild_search_index(path: Path) -> int:
+    from hermes.state import SessionDB
+
+    with SessionDB(path) as db:
+        return db.rebuild_fts()
+
+
+def _problems(path: Path) -> list[str]:
+    """What is wrong with the file: what SQLite finds (its schema, PRAGMA integrity_check),
+    else why a search fails on it; empty when nothing is."""
+    from hermes.state import SessionDB, file_problems
+
+    found = file_problems(path)
+    if found:
+        return found
+    with SessionDB(path) as db:
+        try:
+            db.search_messages("hermes", limit=1)
+        except StateDbError as exc:
+            return [str(exc)]
+    return []
 
 
 def _backup(path: Path) -> Path:
@@ -163,9 +219,12 @@ def _file(db: SessionDB, command: str) -> Path:
     """The store's file: ``command`` works on a state.db file, not on a PostgreSQL server."""
     if isinstance(db.db_path, Path):
         return db.db_path
-    raise CommandError(f"`hermes sessions {command}` works on a state.db file, and "
-                       f"{db.db_path} is a PostgreSQL server; use the server's own tools "
-                       "(VACUUM, REINDEX) there")
+    raise CommandError(_file_only(command, db.db_path))
+
+
+def _file_only(command: str, server: object) -> str:
+    return (f"`hermes sessions {command}` works on a state.db file, and {server} is a "
+            "PostgreSQL server; use the server's own tools (VACUUM, REINDEX) there")
 
 
 def _megabytes(size: int) -> str:

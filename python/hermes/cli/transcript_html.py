@@ -92,7 +92,11 @@ class HtmlPage:
                 ("ended", when(session.get("ended_at"))),
                 ("end reason", session.get("end_reason")),
                 ("messages", len(transcript.messages))]
-        head = (f"<section id=\"{_anchor(session['id'])}\">\n<header class=\"session\">\n"
+        # A whole compression chain is one section: each of its sessions' links lands here.
+        others = [i for i in session.get("lineage_session_ids") or [] if i != session["id"]]
+        head = (f"<section id=\"{_anchor(session['id'])}\">\n"
+                + "".join(f"<span id=\"{_anchor(i)}\"></span>" for i in others)
+                + "<header class=\"session\">\n"
                 f"<h2>{escaped(_label(session))}</h2>\n<dl class=\"meta\">\n" + "".join(
                     f"<dt>{name}</dt><dd>{escaped(value)}</dd>\n"
                     for name, value in rows if value not in (None, "")) + "</dl>\n")

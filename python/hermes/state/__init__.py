@@ -17,13 +17,20 @@ create), ``MAX_FTS5_QUERY_CHARS`` (how much of a search query is read) and
 ``apply_wal_with_fallback`` (WAL for a caller's own ``sqlite3`` connection)
 carry the names hermes-agent's module gives its own. So do ``time`` and ``sys``, the
 standard modules: code written against hermes-agent patches ``time.time`` and
-``sys.platform`` through this module's names.
+``sys.platform`` through this module's names. ``file_problems`` and ``mend_schema`` look at
+and mend a damaged file before a ``SessionDB`` can open it (``hermes sessions repair``).
 """
 
 import sys as sys
 import time as time
 
-from hermes._core import MAX_FTS5_QUERY_CHARS, SCHEMA_SQL, SCHEMA_VERSION
+from hermes._core import (
+    MAX_FTS5_QUERY_CHARS,
+    SCHEMA_SQL,
+    SCHEMA_VERSION,
+    file_problems,
+    mend_schema,
+)
 from hermes.state.face import Synchronous
 from hermes.state.session_db import AsyncSessionDB, SessionDB, writes_without_waiting
 from hermes.state.wal import apply_wal_with_fallback
@@ -36,5 +43,7 @@ __all__ = [
     "SessionDB",
     "Synchronous",
     "apply_wal_with_fallback",
+    "file_problems",
+    "mend_schema",
     "writes_without_waiting",
 ]

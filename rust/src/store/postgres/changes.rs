@@ -28,8 +28,9 @@ struct State {
 /// The counter's current value (0 before any write).
 const LAST: &str = "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM hermes_commits";
 
-/// Run at the start of each write transaction: its value.
-pub const TAKE: &str = "SELECT nextval('hermes_commits')";
+/// Taken at the start of each write transaction (an expression of its
+/// first `SELECT`): its value.
+pub const TAKE: &str = "nextval('hermes_commits')";
 
 impl Changes {
     pub fn start(server: &Server, link: &mut Link) -> Result<Self> {

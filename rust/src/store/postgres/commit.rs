@@ -5,7 +5,16 @@
 //! pooled server connection is left as it was) and takes the commit
 //! counter's next value; then the sessions the batch appends to are locked
 //! in id order, so two hosts committing batches over the same
-//! conversations wait for each other instead of deadlocking.
+//! conversations wait for each other instead of deadlocking. A batch of
+//! appends only (the flushes of many conversations) is one statement
+//! (`write.rs`), so K conversations cost one round trip, not K.
+//!
+//! A `COMMIT` whose answer never comes (the server went away meanwhile) may
+//! or may not have committed: retrying it blindly could write a turn twice.
+//! The first round trip also reads the transaction's id, and such a commit
+//! is settled by asking the server, once it answers again, what became of
+//! that transaction (`pg_xact_status`): committed, the batch is done;
+//! aborted, it is retried like any failed attempt.
 
 use std::sync::atomic::Ordering;
 use std::sync::TryLockError;
@@ -19,8 +28,10 @@ use super::connection::Link;
 use super::error::classify;
 use super::search_index;
 use super::value::escape_text;
+use super::write::Appended;
 use super::PgBackend;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StorageKind};
+use crate::store::backoff::Backoff;
 use crate::store::batch::{self, Failure, Patience, Transact};
 use crate::store::{lock, Durability, WriteOp, WriteOut};
 
@@ -50,6 +61,7 @@ impl PgBackend {
             backend: self,
             writer: &mut writer,
             patience,
+            deadline,
         };
         let results = batch::commit(&mut attempt, jobs, deadline, patience, || {
             self.writer_busy()
@@ -68,6 +80,7 @@ struct Attempt<'a> {
     backend: &'a PgBackend,
     writer: &'a mut Option<Link>,
     patience: Patience,
+    deadline: Instant,
 }
 
 impl Transact for Attempt<'_> {
@@ -89,13 +102,86 @@ impl Transact for Attempt<'_> {
             return Err(Failure::Batch(backend.closed_error()));
         };
         let client = &link.client;
-        let out = backend
-            .server
-            .block_on(backend.try_commit(client, jobs, active, self.patience));
-        if out.is_err() && !client.is_closed() {
-            let _ = backend.server.block_on(client.batch_execute("ROLLBACK"));
+        let out =
+            backend
+                .server
+                .block_on(backend.try_commit(client, jobs, active, self.patience, true));
+        match out {
+            Ok(Committed::Yes(outs)) => Ok(outs),
+            Ok(Committed::Unknown { xid, outs, lost }) => {
+                match backend.settle(&xid, self.writer, self.deadline) {
+                    Ok(true) => Ok(outs),
+                    Ok(false) => Err(Failure::Batch(lost)),
+                    Err(e) => Err(Failure::Batch(e)),
+                }
+            }
+            Err(failure) => {
+                if !client.is_closed() {
+                    let _ = backend.server.block_on(client.batch_execute("ROLLBACK"));
+                }
+                Err(failure)
+            }
         }
-        out
+    }
+}
+
+/// How an attempt's `COMMIT` ended.
+enum Committed {
+    Yes(Vec<WriteOut>),
+    /// The connection was lost before the server answered the `COMMIT`.
+    Unknown {
+        xid: String,
+        outs: Vec<WriteOut>,
+        lost: Error,
+    },
+}
+
+impl PgBackend {
+    /// Whether transaction `xid`, whose `COMMIT` got no answer, committed:
+    /// asked on a new writer connection (kept in `writer`), reconnecting with
+    /// backoff until `deadline`. Past it the outcome is still unknown, which
+    /// is an error of its own: retrying could write the batch twice.
+    fn settle(&self, xid: &str, writer: &mut Option<Link>, deadline: Instant) -> Result<bool> {
+        let mut backoff = Backoff::default();
+        loop {
+            let asked = self.server.connect().and_then(|link| {
+                let status = self
+                    .server
+                    .block_on(link.client.query_typed(
+                        "SELECT pg_xact_status($1::text::xid8)",
+                        &[(&xid, Type::TEXT)],
+                    ))
+                    .map(|rows| rows[0].get::<_, Option<String>>(0))
+                    .map_err(|e| classify(&self.at, e));
+                *writer = Some(link);
+                status
+            });
+            match asked {
+                Ok(status) => match status.as_deref() {
+                    Some("committed") => return Ok(true),
+                    // Rolled back, or (NULL) never committed: a transaction too
+                    // old to know is not one whose answer was lost a moment ago.
+                    Some("aborted") | None => return Ok(false),
+                    // "in progress": the old connection's server process is
+                    // still finishing it.
+                    Some(_) => {}
+                },
+                Err(e) if !e.is_busy() => return Err(e),
+                Err(_) => {}
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Storage {
+                    kind: StorageKind::Other,
+                    at: self.at.clone(),
+                    detail: format!(
+                        "the server went away while committing transaction {xid} and did not \
+                         say within the busy budget whether it committed; check the session's \
+                         last messages before writing them again"
+                    ),
+                });
+            }
+            backoff.sleep();
+        }
     }
 }
 
@@ -106,20 +192,30 @@ impl PgBackend {
         jobs: &[WriteOp],
         active: &[usize],
         patience: Patience,
-    ) -> std::result::Result<Vec<WriteOut>, Failure> {
+        together: bool,
+    ) -> std::result::Result<Committed, Failure> {
         let batch = |e| Failure::Batch(classify(&self.at, e));
         let sync = match self.options.durability {
             Durability::Full => "on",
             Durability::Normal => "off",
         };
-        let begin = format!("BEGIN; SET LOCAL synchronous_commit TO {sync}; {TAKE}");
+        let begin =
+            format!("BEGIN; SET LOCAL synchronous_commit TO {sync}; SELECT {TAKE}, pg_current_xact_id()::text");
         let taken = client.simple_query(&begin).await.map_err(batch)?;
-        if let Some(value) = taken.iter().find_map(|m| match m {
-            SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse().ok()),
+        let Some(row) = taken.iter().find_map(|m| match m {
+            SimpleQueryMessage::Row(row) => Some(row),
             _ => None,
-        }) {
+        }) else {
+            return Err(Failure::Batch(Error::Storage {
+                kind: StorageKind::Other,
+                at: self.at.clone(),
+                detail: "the server answered BEGIN without the transaction's row".into(),
+            }));
+        };
+        if let Some(value) = row.get(0).and_then(|v| v.parse().ok()) {
             self.changes.took(value);
         }
+        let xid = row.get(1).unwrap_or_default().to_owned();
         let mut sessions = Vec::new();
         for &i in active {
             appended_sessions(&jobs[i], &mut sessions);
@@ -142,16 +238,48 @@ impl PgBackend {
                 .await
                 .map_err(batch)?;
         }
-        let mut outs = Vec::with_capacity(active.len());
-        for &i in active {
-            let out = self
-                .apply(client, &jobs[i])
-                .await
-                .map_err(|e| Failure::of_job(i, e))?;
-            outs.push(out);
+        let appends: Option<Vec<Appended>> =
+            active.iter().map(|&i| plain_append(&jobs[i])).collect();
+        let outs = match appends {
+            Some(appends) if together => match self.append_rows(client, &appends).await {
+                Ok(ids) => {
+                    let mut outs = Vec::with_capacity(active.len());
+                    for (&i, ids) in active.iter().zip(ids) {
+                        outs.push(WriteOut::Ids(ids.map_err(|e| Failure::of_job(i, e))?));
+                    }
+                    outs
+                }
+                Err(e) if active.len() == 1 => return Err(Failure::of_job(active[0], e)),
+                Err(e) if e.is_whole_batch_failure() => return Err(Failure::Batch(e)),
+                // One statement does not say whose rows the server refused:
+                // again, one append at a time, to find out.
+                Err(_) => {
+                    client.batch_execute("ROLLBACK").await.map_err(batch)?;
+                    return Box::pin(self.try_commit(client, jobs, active, patience, false)).await;
+                }
+            },
+            _ => {
+                let mut outs = Vec::with_capacity(active.len());
+                for &i in active {
+                    let out = self
+                        .apply(client, &jobs[i])
+                        .await
+                        .map_err(|e| Failure::of_job(i, e))?;
+                    outs.push(out);
+                }
+                outs
+            }
+        };
+        match client.batch_execute("COMMIT").await {
+            Ok(()) => Ok(Committed::Yes(outs)),
+            // The server answered: a refused commit is rolled back.
+            Err(e) if e.as_db_error().is_some() => Err(batch(e)),
+            Err(e) => Ok(Committed::Unknown {
+                xid,
+                outs,
+                lost: classify(&self.at, e),
+            }),
         }
-        client.batch_execute("COMMIT").await.map_err(batch)?;
-        Ok(outs)
     }
 }
 
@@ -162,5 +290,18 @@ fn appended_sessions<'a>(op: &'a WriteOp, out: &mut Vec<&'a str>) {
         WriteOp::Import(import) => out.extend(import.message_sessions()),
         WriteOp::Transaction(ops) => ops.iter().for_each(|op| appended_sessions(op, out)),
         WriteOp::Insert(_) | WriteOp::Update(_) | WriteOp::Delete(_) | WriteOp::SearchIndex(_) => {}
+    }
+}
+
+/// `op` as an append that can share the batch's one statement: a plain append
+/// (one with a `once_key` first checks its key).
+fn plain_append(op: &WriteOp) -> Option<Appended<'_>> {
+    match op {
+        WriteOp::Append {
+            session_id,
+            rows,
+            once_key: None,
+        } => Some(Appended { session_id, rows }),
+        _ => None,
     }
 }

@@ -4,8 +4,10 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::runtime::Runtime;
+use tokio::task::JoinHandle;
 use tokio_postgres::{Client, Config};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
@@ -24,7 +26,11 @@ pub struct Server {
 /// One connection; its protocol task runs on the backend's runtime.
 pub struct Link {
     pub client: Client,
+    protocol: JoinHandle<()>,
 }
+
+/// How long a closing link waits for the server to take its goodbye.
+const GOODBYE: Duration = Duration::from_secs(1);
 
 impl Server {
     pub fn new(url: &str, at: &Location) -> Result<Self> {
@@ -63,11 +69,29 @@ impl Server {
         let (client, connection) = self
             .block_on(self.config.connect(self.tls.clone()))
             .map_err(|e| classify(&self.at, e))?;
-        self.runtime.spawn(async move {
+        let protocol = self.runtime.spawn(async move {
             // Ends when the client is dropped or the server goes away; the
             // next use of the link then fails and it is replaced.
             let _ = connection.await;
         });
-        Ok(Link { client })
+        Ok(Link { client, protocol })
+    }
+
+    /// Ends `link` now: its goodbye sent, its socket closed. Dropping the
+    /// client alone is not enough: a current-thread runtime runs the
+    /// protocol task only while a caller blocks on it, so a closed store
+    /// would hold its server connections until it is garbage.
+    pub fn disconnect(&self, link: Link) {
+        let Link {
+            client,
+            mut protocol,
+        } = link;
+        drop(client);
+        // The timer is made inside the runtime, whose clock it needs.
+        let ended = self.block_on(async { tokio::time::timeout(GOODBYE, &mut protocol).await });
+        if ended.is_err() {
+            protocol.abort();
+            let _ = self.block_on(protocol);
+        }
     }
 }

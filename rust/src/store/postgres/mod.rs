@@ -219,8 +219,11 @@ impl Backend for PgBackend {
         self.closed.store(true, Ordering::Release);
         // Pending rows stay pending in the database, for any host's indexer or search.
         self.indexer.stop();
-        lock(&self.readers).clear();
-        lock(&self.writer).take();
+        let idle: Vec<Link> = lock(&self.readers).drain(..).collect();
+        let writer = lock(&self.writer).take();
+        for link in idle.into_iter().chain(writer) {
+            self.server.disconnect(link);
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! one is replaced), and the SQL of each.
 
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use tokio_postgres::types::{ToSql, Type};
 
@@ -12,9 +13,10 @@ use super::value::{escape_text, names, table};
 use super::PgBackend;
 use crate::error::Result;
 use crate::model::{Table, CONVERSATION_COLUMNS, MESSAGE_COLUMNS};
+use crate::store::backoff::Backoff;
 use crate::store::{lock, Filter, Page, Query, Relation, Term};
 
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 
 fn messages_sql(columns: &str, include_inactive: bool) -> String {
     let active = if include_inactive {
@@ -25,20 +27,58 @@ fn messages_sql(columns: &str, include_inactive: bool) -> String {
     format!("SELECT {columns} FROM messages WHERE session_id = $1{active} ORDER BY id")
 }
 
+/// Reader connections kept open between reads; a burst of more
+/// concurrent reads opens more, closed again when they finish.
+const IDLE_READERS: usize = 8;
+
 impl PgBackend {
-    /// Borrows a reader connection for `f`, connecting when none is idle.
-    pub(super) fn read<T>(&self, f: impl FnOnce(&Server, &mut Link) -> Result<T>) -> Result<T> {
+    /// Borrows a reader connection for `f`, connecting when none is idle. A
+    /// read that loses its connection (the server restarted, the network
+    /// dropped) or cannot connect is tried again on a new one, with jittered
+    /// backoff, within the busy budget: a read changes nothing, so a second
+    /// try is always safe.
+    pub(super) fn read<T>(&self, mut f: impl FnMut(&Server, &mut Link) -> Result<T>) -> Result<T> {
         self.ensure_open()?;
-        let idle = lock(&self.readers).pop();
-        let mut link = match idle {
-            Some(link) if !link.client.is_closed() => link,
-            _ => self.server.connect()?,
-        };
-        let out = f(&self.server, &mut link);
-        if !self.closed.load(Ordering::Acquire) && !link.client.is_closed() {
-            lock(&self.readers).push(link);
+        let deadline = Instant::now() + self.options.busy_budget;
+        let mut backoff = Backoff::default();
+        loop {
+            let idle = lock(&self.readers).pop();
+            let link = match idle {
+                Some(link) if !link.client.is_closed() => Ok(link),
+                _ => self.server.connect(),
+            };
+            let (out, lost) = match link {
+                Ok(mut link) => {
+                    let out = f(&self.server, &mut link);
+                    let lost = out.is_err() && link.client.is_closed();
+                    self.put_back(link);
+                    (out, lost)
+                }
+                Err(e) => {
+                    let refused = e.is_busy();
+                    (Err(e), refused)
+                }
+            };
+            if lost && Instant::now() < deadline {
+                backoff.sleep();
+                self.ensure_open()?;
+                continue;
+            }
+            return out;
         }
-        out
+    }
+
+    /// Returns a reader link to the pool, or closes it.
+    fn put_back(&self, link: Link) {
+        // `closed` is read under the pool's lock, which `close` takes after
+        // setting it: a link put back after the close is not kept.
+        let idle = lock(&self.readers);
+        if self.closed.load(Ordering::Acquire) {
+            drop(idle);
+            self.server.disconnect(link);
+        } else {
+            keep_idle(&self.server, idle, link);
+        }
     }
 
     /// The rows of one statement as a table.
@@ -51,7 +91,7 @@ impl PgBackend {
         self.read(|server, link| {
             server
                 .block_on(link.client.query_typed(sql, params))
-                .and_then(|rows| table(&rows, columns))
+                .and_then(|rows| table(&rows, columns.clone()))
                 .map_err(|e| classify(&self.at, e))
         })
     }
@@ -59,7 +99,6 @@ impl PgBackend {
     pub(super) fn select(&self, query: &Query) -> Result<Table> {
         query.check(&self.columns)?;
         let sql = Sql::select(&self.types, query);
-        sql.check(&self.at)?;
         let columns: Arc<[String]> = if query.select.is_empty() {
             self.columns.of(query.relation).into()
         } else {
@@ -71,7 +110,6 @@ impl PgBackend {
     pub(super) fn count_rows(&self, relation: Relation, filter: &Filter) -> Result<i64> {
         filter.check(relation, &self.columns)?;
         let sql = Sql::count(&self.types, relation, filter);
-        sql.check(&self.at)?;
         self.read(|server, link| {
             server
                 .block_on(link.client.query_typed(&sql.text, &sql.params()))
@@ -153,5 +191,16 @@ impl PgBackend {
                 .map(|rows| !rows.is_empty())
                 .map_err(|e| classify(&self.at, e))
         })
+    }
+}
+
+/// Keeps `link` among the `idle` readers, or closes it when it is lost or
+/// the pool already keeps [`IDLE_READERS`].
+pub(super) fn keep_idle(server: &Server, mut idle: MutexGuard<'_, Vec<Link>>, link: Link) {
+    if link.client.is_closed() || idle.len() >= IDLE_READERS {
+        drop(idle);
+        server.disconnect(link);
+    } else {
+        idle.push(link);
     }
 }

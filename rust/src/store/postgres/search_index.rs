@@ -401,9 +401,7 @@ pub fn background_step(server: &Server, readers: &Mutex<Vec<Link>>) -> Step {
         BACKGROUND_CHUNK_ROWS,
         Held::Skip,
     ));
-    if !link.client.is_closed() {
-        lock(readers).push(link);
-    }
+    super::read::keep_idle(server, lock(readers), link);
     match out {
         Ok(true) => Step::More,
         Ok(false) => Step::Done,

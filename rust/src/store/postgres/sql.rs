@@ -12,9 +12,7 @@ use std::fmt::Write as _;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::value::{Bound, Types};
-use crate::error::{Error, Result, StorageKind};
 use crate::model::ValueRef;
-use crate::store::Location;
 use crate::store::{
     Assign, Cmp, Delete, Derived, Filter, Import, Insert, OnConflict, Query, Relation, Term, Update,
 };
@@ -24,8 +22,6 @@ pub struct Sql<'v> {
     params: Vec<(Bound<'v>, Type)>,
     types: &'v Types,
     aliases: usize,
-    /// A derived value this backend cannot compute yet, met while writing the statement.
-    unsupported: Option<Derived>,
 }
 
 impl<'v> Sql<'v> {
@@ -35,22 +31,6 @@ impl<'v> Sql<'v> {
             params: Vec::with_capacity(8),
             types,
             aliases: 0,
-            unsupported: None,
-        }
-    }
-
-    /// Refuses, before it runs, a statement that needs a derived value not built here yet.
-    pub fn check(&self, at: &Location) -> Result<()> {
-        match self.unsupported {
-            None => Ok(()),
-            Some(derived) => Err(Error::Storage {
-                kind: StorageKind::Other,
-                at: at.clone(),
-                detail: format!(
-                    "the derived value {:?} is not built for PostgreSQL yet; use a SQLite state.db for this call",
-                    derived.name()
-                ),
-            }),
         }
     }
 
@@ -372,31 +352,107 @@ impl<'v> Sql<'v> {
                 self.push("CASE WHEN (");
                 self.column(alias, "parent_session_id");
                 self.push(" IS NULL OR ");
-                self.marker(alias, "_branched_from");
+                self.marker(Some(alias), "_branched_from");
                 self.push(" IS NOT NULL OR EXISTS (SELECT 1 FROM sessions p WHERE p.id = ");
                 self.column(alias, "parent_session_id");
                 self.push(" AND p.end_reason = 'branched' AND ");
                 self.column(alias, "started_at");
                 self.push(" >= p.ended_at)) AND ");
-                self.marker(alias, "_delegate_from");
+                self.marker(Some(alias), "_delegate_from");
                 self.push(" IS NULL THEN 1 ELSE 0 END");
             }
-            Term::Derived(Derived::DelegateFrom) => self.marker(alias, "_delegate_from"),
-            Term::Derived(other) => {
-                self.unsupported.get_or_insert(*other);
-                self.push("NULL");
+            Term::Derived(Derived::DelegateFrom) => self.marker(Some(alias), "_delegate_from"),
+            Term::Derived(Derived::ChainLastActive) => {
+                self.chain_or(
+                    alias,
+                    "MAX(COALESCE((SELECT MAX(m.timestamp) FROM messages m \
+                     WHERE m.session_id = c.id), c.started_at))",
+                );
+                self.term(alias, &Term::Derived(Derived::LastActive));
+                self.push(" END");
+            }
+            Term::Derived(Derived::ChainIds) => {
+                self.chain_or(
+                    alias,
+                    "LOWER(string_agg(c.id, chr(31) ORDER BY w.depth, c.id))",
+                );
+                self.push("LOWER(");
+                self.column(alias, "id");
+                self.push(") END");
+            }
+            Term::Derived(Derived::ChainTitles) => {
+                self.chain_or(
+                    alias,
+                    "LOWER(string_agg(COALESCE(c.title, ''), chr(31) ORDER BY w.depth, c.id))",
+                );
+                self.push("LOWER(COALESCE(");
+                self.column(alias, "title");
+                self.push(", '')) END");
+            }
+            Term::Derived(Derived::ChainTitlesCompact) => {
+                self.chain_or(
+                    alias,
+                    "TRANSLATE(LOWER(string_agg(COALESCE(c.title, ''), chr(31) ORDER BY w.depth, c.id)), \
+                     '-_. ', '')",
+                );
+                self.push("TRANSLATE(LOWER(COALESCE(");
+                self.column(alias, "title");
+                self.push(", '')), '-_. ', '') END");
             }
         }
     }
 
-    /// `key` of the session's `model_config` JSON, NULL when it is not JSON (the schema's
-    /// `hermes_json_key`: PostgreSQL 15 has no JSON validity test to guard a cast with).
-    fn marker(&mut self, alias: usize, key: &'static str) {
+    /// `key` of a session's `model_config` JSON, NULL when it is not JSON (the schema's
+    /// `hermes_json_key`: PostgreSQL 15 has no JSON validity test to guard a cast with): of
+    /// the query's session `alias`, or of the chain walk's session `k` with None.
+    fn marker(&mut self, alias: Option<usize>, key: &'static str) {
         self.push("hermes_json_key(");
-        self.column(alias, "model_config");
+        match alias {
+            Some(alias) => self.column(alias, "model_config"),
+            None => self.push("k.\"model_config\""),
+        }
         self.push(", '");
         self.push(key);
         self.push("')");
+    }
+
+    /// `CASE WHEN` the row ended `compression` `THEN` `aggregate` over its
+    /// chain `ELSE` (the caller writes the value for a chain of the row alone,
+    /// then `END`): most rows start no chain, and skip the recursive query.
+    fn chain_or(&mut self, alias: usize, aggregate: &'static str) {
+        self.push("CASE WHEN ");
+        self.column(alias, "end_reason");
+        self.push(" = 'compression' THEN ");
+        self.chain(alias, aggregate);
+        self.push(" ELSE ");
+    }
+
+    /// `aggregate` over the sessions (as `c`, each at its `w.depth` from the
+    /// row) of the compression chain that starts at the row: it and,
+    /// recursively, each child of a session that ended `compression` that is
+    /// no branch, delegate run or tool session. The walk SQLite's is
+    /// (`sqlite/sql.rs`), with the depth kept so that the lists come in chain
+    /// order, as SQLite's breadth-first walk gives them: `CYCLE` ends a chain
+    /// that loops, and a session reached twice counts once, at its least depth.
+    fn chain(&mut self, alias: usize, aggregate: &'static str) {
+        self.push("(WITH RECURSIVE ch(id, depth) AS (SELECT ");
+        self.column(alias, "id");
+        self.push(
+            ", 0 UNION ALL SELECT k.id, ch.depth + 1 FROM ch JOIN sessions p ON p.id = ch.id \
+             JOIN sessions k ON k.parent_session_id = ch.id \
+             WHERE p.end_reason = 'compression' AND ",
+        );
+        self.marker(None, "_branched_from");
+        self.push(" IS NULL AND ");
+        self.marker(None, "_delegate_from");
+        self.push(
+            " IS NULL AND COALESCE(k.source, '') != 'tool') CYCLE id SET looped USING path SELECT ",
+        );
+        self.push(aggregate);
+        self.push(
+            " FROM (SELECT id, MIN(depth) AS depth FROM ch GROUP BY id) w \
+             JOIN sessions c ON c.id = w.id)",
+        );
     }
 
     fn filter(&mut self, alias: usize, relation: Relation, filter: &'v Filter) {

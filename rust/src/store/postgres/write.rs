@@ -1,6 +1,9 @@
-//! The SQL of each write, inside the batch's open transaction. An append
-//! is one statement: the session's counters moved and every row inserted
-//! (from arrays, one per column) in one round trip.
+//! The SQL of each write, inside the batch's open transaction. Appends are
+//! one statement however many conversations a batch carries: every
+//! session's counters moved and every row inserted (from arrays, one per
+//! column) in one round trip.
+
+use std::collections::BTreeMap;
 
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Client;
@@ -15,11 +18,15 @@ use crate::model::{NewMessage, Value};
 use crate::store::columns::Use;
 use crate::store::{Delete, Insert, NoMatch, Relation, Update, WriteOp, WriteOut};
 
-const APPEND: &str = "WITH s AS (
-    UPDATE sessions SET message_count = COALESCE(message_count, 0) + $1,
-        tool_call_count = COALESCE(tool_call_count, 0) + $2,
+/// The appends of a batch: `c` the sessions (each once) with what their
+/// counters grow by, `r` the rows with their session; a row whose session is
+/// missing joins nothing and is not written.
+const APPEND: &str = "WITH c AS (SELECT * FROM unnest($1, $2, $3) AS c(id, k, t)),
+s AS (
+    UPDATE sessions SET message_count = COALESCE(message_count, 0) + c.k,
+        tool_call_count = COALESCE(tool_call_count, 0) + c.t,
         ended_at = NULL, end_reason = NULL
-    WHERE id = $3 RETURNING id)
+    FROM c WHERE sessions.id = c.id RETURNING sessions.id)
 INSERT INTO messages (session_id, role, content, tool_call_id, tool_calls, tool_name,
     effect_disposition, timestamp, token_count, finish_reason, reasoning, reasoning_content,
     reasoning_details, codex_reasoning_items, codex_message_items, platform_message_id,
@@ -28,21 +35,33 @@ SELECT s.id, r.role, r.content, r.tool_call_id, r.tool_calls, r.tool_name,
     r.effect_disposition, r.timestamp, r.token_count, r.finish_reason, r.reasoning,
     r.reasoning_content, r.reasoning_details, r.codex_reasoning_items, r.codex_message_items,
     r.platform_message_id, r.observed, 1, r.api_content
-FROM s, unnest($4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
-    WITH ORDINALITY AS r(role, content, tool_call_id, tool_calls, tool_name, effect_disposition,
-        timestamp, token_count, finish_reason, reasoning, reasoning_content, reasoning_details,
-        codex_reasoning_items, codex_message_items, platform_message_id, observed, api_content, n)
+FROM unnest($4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
+    WITH ORDINALITY AS r(session_id, role, content, tool_call_id, tool_calls, tool_name,
+        effect_disposition, timestamp, token_count, finish_reason, reasoning, reasoning_content,
+        reasoning_details, codex_reasoning_items, codex_message_items, platform_message_id,
+        observed, api_content, n)
+JOIN s ON s.id = r.session_id
 ORDER BY r.n
-RETURNING id";
+RETURNING id, session_id";
 
-/// One text column of the rows, escaped.
+/// One append of a batch: a session and its new rows.
+pub(super) struct Appended<'a> {
+    pub session_id: &'a str,
+    pub rows: &'a [NewMessage],
+}
+
+/// One text column of the rows of every append, escaped.
 fn texts<'a>(
-    rows: &'a [NewMessage],
+    appends: &[Appended<'a>],
     column: impl Fn(&'a NewMessage) -> Option<&'a str>,
 ) -> Vec<Option<String>> {
-    rows.iter()
+    rows_of(appends)
         .map(|r| column(r).map(|t| escape_text(t).into_owned()))
         .collect()
+}
+
+fn rows_of<'s, 'a: 's>(appends: &'s [Appended<'a>]) -> impl Iterator<Item = &'a NewMessage> + 's {
+    appends.iter().flat_map(|a| a.rows.iter())
 }
 
 /// Content as text: SQLite would keep a number or bytes as they are;
@@ -70,8 +89,10 @@ impl PgBackend {
                         return Ok(WriteOut::Ids(Vec::new()));
                     }
                 }
-                self.append_rows(client, session_id, rows)
-                    .await
+                let append = Appended { session_id, rows };
+                let mut ids = self.append_rows(client, &[append]).await?;
+                ids.pop()
+                    .unwrap_or_else(|| Ok(Vec::new()))
                     .map(WriteOut::Ids)
             }
             WriteOp::Insert(insert) => self.insert(client, insert).await,
@@ -106,40 +127,60 @@ impl PgBackend {
         Ok(!rows.is_empty())
     }
 
-    async fn append_rows(
+    /// Every append in one statement; each append's ids (in order), or
+    /// `SessionNotFound` for one whose session does not exist (nothing of it
+    /// was written). A server error fails the statement, so all of them.
+    pub(super) async fn append_rows(
         &self,
         client: &Client,
-        session_id: &str,
-        rows: &[NewMessage],
-    ) -> Result<Vec<i64>> {
-        if rows.is_empty() {
-            return Ok(Vec::new());
+        appends: &[Appended<'_>],
+    ) -> Result<Vec<Result<Vec<i64>>>> {
+        if rows_of(appends).next().is_none() {
+            return Ok(appends.iter().map(|_| Ok(Vec::new())).collect());
         }
-        let count = rows.len() as i64;
-        let tool_calls: i64 = rows.iter().map(|r| r.tool_call_count).sum();
-        let session = escape_text(session_id);
-        let role = texts(rows, |r| Some(&r.role));
-        let content: Vec<Option<String>> = rows.iter().map(|r| content_text(&r.content)).collect();
-        let tool_call_id = texts(rows, |r| r.tool_call_id.as_deref());
-        let tool_calls_json = texts(rows, |r| r.tool_calls.as_deref());
-        let tool_name = texts(rows, |r| r.tool_name.as_deref());
-        let effect = texts(rows, |r| r.effect_disposition.as_deref());
-        let timestamp: Vec<f64> = rows.iter().map(|r| r.timestamp).collect();
-        let token_count: Vec<Option<i64>> = rows.iter().map(|r| r.token_count).collect();
-        let finish = texts(rows, |r| r.finish_reason.as_deref());
-        let reasoning = texts(rows, |r| r.reasoning.as_deref());
-        let reasoning_content = texts(rows, |r| r.reasoning_content.as_deref());
-        let reasoning_details = texts(rows, |r| r.reasoning_details.as_deref());
-        let codex_reasoning = texts(rows, |r| r.codex_reasoning_items.as_deref());
-        let codex_message = texts(rows, |r| r.codex_message_items.as_deref());
-        let platform = texts(rows, |r| r.platform_message_id.as_deref());
-        let observed: Vec<i64> = rows.iter().map(|r| r.observed.into()).collect();
-        let api_content = texts(rows, |r| r.api_content.as_deref());
+        // Each session once, with its appends' counts summed.
+        let mut grow: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+        for a in appends {
+            let g = grow
+                .entry(escape_text(a.session_id).into_owned())
+                .or_default();
+            g.0 += a.rows.len() as i64;
+            g.1 += a.rows.iter().map(|r| r.tool_call_count).sum::<i64>();
+        }
+        let ids: Vec<&String> = grow.keys().collect();
+        let counts: Vec<i64> = grow.values().map(|g| g.0).collect();
+        let calls: Vec<i64> = grow.values().map(|g| g.1).collect();
+        let session: Vec<String> = appends
+            .iter()
+            .flat_map(|a| {
+                let id = escape_text(a.session_id).into_owned();
+                std::iter::repeat_n(id, a.rows.len())
+            })
+            .collect();
+        let role = texts(appends, |r| Some(&r.role));
+        let content: Vec<Option<String>> =
+            rows_of(appends).map(|r| content_text(&r.content)).collect();
+        let tool_call_id = texts(appends, |r| r.tool_call_id.as_deref());
+        let tool_calls_json = texts(appends, |r| r.tool_calls.as_deref());
+        let tool_name = texts(appends, |r| r.tool_name.as_deref());
+        let effect = texts(appends, |r| r.effect_disposition.as_deref());
+        let timestamp: Vec<f64> = rows_of(appends).map(|r| r.timestamp).collect();
+        let token_count: Vec<Option<i64>> = rows_of(appends).map(|r| r.token_count).collect();
+        let finish = texts(appends, |r| r.finish_reason.as_deref());
+        let reasoning = texts(appends, |r| r.reasoning.as_deref());
+        let reasoning_content = texts(appends, |r| r.reasoning_content.as_deref());
+        let reasoning_details = texts(appends, |r| r.reasoning_details.as_deref());
+        let codex_reasoning = texts(appends, |r| r.codex_reasoning_items.as_deref());
+        let codex_message = texts(appends, |r| r.codex_message_items.as_deref());
+        let platform = texts(appends, |r| r.platform_message_id.as_deref());
+        let observed: Vec<i64> = rows_of(appends).map(|r| r.observed.into()).collect();
+        let api_content = texts(appends, |r| r.api_content.as_deref());
         let text = Type::TEXT_ARRAY;
-        let params: [(&(dyn ToSql + Sync), Type); 20] = [
-            (&count, Type::INT8),
-            (&tool_calls, Type::INT8),
-            (&session, Type::TEXT),
+        let params: [(&(dyn ToSql + Sync), Type); 21] = [
+            (&ids, text.clone()),
+            (&counts, Type::INT8_ARRAY),
+            (&calls, Type::INT8_ARRAY),
+            (&session, text.clone()),
             (&role, text.clone()),
             (&content, text.clone()),
             (&tool_call_id, text.clone()),
@@ -162,17 +203,32 @@ impl PgBackend {
             .query_typed(APPEND, &params)
             .await
             .map_err(|e| classify(&self.at, e))?;
-        if inserted.is_empty() {
-            return Err(self.not_found(session_id));
+        // Each session's new ids in order, handed to its appends in batch order.
+        let mut by_session: BTreeMap<String, std::vec::IntoIter<i64>> = BTreeMap::new();
+        let mut rows: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        for row in &inserted {
+            rows.entry(row.get(1)).or_default().push(row.get(0));
         }
-        let mut ids: Vec<i64> = inserted.iter().map(|r| r.get(0)).collect();
-        ids.sort_unstable();
-        Ok(ids)
+        for (session, mut ids) in rows {
+            ids.sort_unstable();
+            by_session.insert(session, ids.into_iter());
+        }
+        Ok(appends
+            .iter()
+            .map(|a| {
+                if a.rows.is_empty() {
+                    return Ok(Vec::new());
+                }
+                match by_session.get_mut(escape_text(a.session_id).as_ref()) {
+                    Some(ids) => Ok(ids.by_ref().take(a.rows.len()).collect()),
+                    None => Err(self.not_found(a.session_id)),
+                }
+            })
+            .collect())
     }
 
     /// Runs `sql`, returning its rows.
     async fn run(&self, client: &Client, sql: &Sql<'_>) -> Result<Vec<tokio_postgres::Row>> {
-        sql.check(&self.at)?;
         client
             .query_typed(&sql.text, &sql.params())
             .await

@@ -8,7 +8,8 @@
 //! by `sql`), `search`, `search_index` / `upkeep` / `checkpoint` (deferred
 //! indexing, on `store/indexer.rs`'s thread, and checkpoints), `tokenizer`
 //! (FTS5's tokenizers called directly), `tables` (rows copied out through
-//! the C API), `error` (SQLite failures classified).
+//! the C API), `error` (SQLite failures classified); `mend` (a damaged
+//! schema found and mended on the file, before any store opens it).
 
 mod busy;
 mod checkpoint;
@@ -16,6 +17,7 @@ mod commit;
 mod connection;
 mod error;
 mod import;
+pub mod mend;
 mod open;
 mod read;
 mod schema;

@@ -108,10 +108,13 @@ impl Statement {
 /// with the role and content of the messages before and after it in its
 /// session (by timestamp, then id), for context.
 fn with_context(inner: &str, order: &str) -> String {
+    // A row value, so that an index of the session's rows by timestamp (as
+    // hermes-agent adds) finds the neighbour at once instead of reading the
+    // session's rows.
     let neighbour = |cmp: &str, dir: &str| {
         format!(
             "(SELECT n.id FROM messages n WHERE n.session_id = h.session_id
-                AND (n.timestamp {cmp} h.timestamp OR (n.timestamp = h.timestamp AND n.id {cmp} h.id))
+                AND (n.timestamp, n.id) {cmp} (h.timestamp, h.id)
               ORDER BY n.timestamp {dir}, n.id {dir} LIMIT 1)"
         )
     };
