@@ -19,7 +19,7 @@ PEERS_PG_PYTHON := $(abspath $(PEERS_PG_DIR))/venv/bin/python
 WHERE := $(if $(PUBLISH),--publish) $(if $(OUT),--out $(abspath $(OUT)))
 
 .PHONY: peers peers-postgres hermes-python bench bench-quick bench-check bench-report bench-compare bench-scale \
-	bench-store bench-gateway bench-cli bench-migrate bench-postgres bench-rust interop
+	bench-store bench-gateway bench-cli bench-migrate bench-pg-search bench-postgres bench-rust interop
 
 # The peers' own venv: hermes-agent 0.19.0, openai-agents, langgraph-checkpoint-sqlite,
 # matplotlib, pytest-benchmark.
@@ -92,6 +92,11 @@ bench-cli: hermes-python peers
 # (PUBLISH=1: the one BENCHMARKS.md shows).
 bench-migrate: hermes-python
 	$(HERMES_PYTHON) benches/migrate.py $(WHERE)
+
+# Search on PostgreSQL beside SQLite, 100k messages (~5 min, under scripts/postgres):
+# target/bench/results/pg_search.json (PUBLISH=1: the one BENCHMARKS.md shows).
+bench-pg-search: hermes-python
+	$(HERMES_PYTHON) benches/pg_search.py $(WHERE)
 
 # The gateway's per-turn overhead, ours vs hermes-agent (~1 min):
 # target/bench/results/gateway_turn.json (PUBLISH=1: the one BENCHMARKS.md shows).

@@ -15,7 +15,8 @@ use _core::error::Error;
 use _core::model::{NewMessage, Table, Value, ValueRef};
 use _core::store::{
     self, Assign, Backend, Cmp, Delete, Derived, Filter, IndexUpkeep, Insert, Location, NoMatch,
-    OnConflict, Options, Order, Page, Query, Relation, Search, Term, Update, WriteOp, WriteOut,
+    OnConflict, Options, Order, Page, Query, Relation, Search, SearchOrder, Term, Update, WriteOp,
+    WriteOut,
 };
 
 /// Opens one fresh store; each call is another handle on the same data.
@@ -1449,6 +1450,49 @@ fn random_queries_run_and_find_the_same_hits_on_every_backend() {
             assert_eq!(first, theirs, "SQLite's hits, then this backend's");
         }
     }
+}
+
+#[test]
+fn the_best_match_comes_first_and_time_orders_hold() {
+    on_every_backend(|open| {
+        let db = open();
+        create(&*db, "s", "cli", 1.0);
+        let long = "a long message that mentions the otter once among many other words of text";
+        let ids = append(
+            &*db,
+            "s",
+            vec![
+                message("user", long, 3.0),
+                message("user", "otter otter seal", 1.0),
+                message("user", "the seal and an otter", 2.0),
+            ],
+        )
+        .unwrap();
+        let order = |order: SearchOrder| {
+            let search = Search {
+                query: "otter".into(),
+                limit: 10,
+                order,
+                ..Search::default()
+            };
+            ids_of(&db.search(&search).unwrap())
+        };
+        // More occurrences in a shorter text first (bm25 on SQLite, ts_rank on PostgreSQL).
+        assert_eq!(order(SearchOrder::Rank)[0], ids[1]);
+        assert_eq!(order(SearchOrder::Rank)[2], ids[0]);
+        assert_eq!(order(SearchOrder::Newest), [ids[0], ids[2], ids[1]]);
+        assert_eq!(order(SearchOrder::Oldest), [ids[1], ids[2], ids[0]]);
+    });
+}
+
+fn ids_of(table: &Table) -> Vec<i64> {
+    ids(table)
+        .into_iter()
+        .map(|v| match v {
+            Value::Integer(n) => n,
+            other => panic!("an id, not {other:?}"),
+        })
+        .collect()
 }
 
 #[test]

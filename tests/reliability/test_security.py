@@ -342,11 +342,12 @@ REVIEWED_SQL_FORMATS = {
         "test code: a table name literal of the test",
     ("search_index.rs", "SELECT COUNT(*) FROM {table}"):
         "test code: a table name literal of the test",
-    ("search.rs", "WITH hits AS MATERIALIZED ( SELECT m.id, m.session_id, m.role, m.content, "
-                  "m.tool_name, m.tool_calls, m.timestamp, s.source, s.model, s.started_at AS "
-                  "session_started, s.title, {rank} AS hit_rank FROM hermes_search x JOIN messages "
-                  "m ON m.id = x.message_id JOIN sessions s ON s.id = m.session_id WHERE {matches} "
-                  "AND {FILTERS} ORDER BY {inner} LIMIT $7 OFFSET $8) SELECT h.id, h.session_id, "
+    ("search.rs", "WITH found AS MATERIALIZED ( SELECT x.message_id, x.session_id, {rank} AS "
+                  "hit_rank FROM hermes_search x WHERE {matches}), hits AS MATERIALIZED ( SELECT "
+                  "m.id, m.session_id, m.role, m.content, m.tool_name, m.tool_calls, m.timestamp, "
+                  "s.source, s.model, s.started_at AS session_started, s.title, x.hit_rank FROM "
+                  "found x JOIN messages m ON m.id = x.message_id JOIN sessions s ON s.id = "
+                  "m.session_id WHERE {FILTERS} ORDER BY {inner} LIMIT $7 OFFSET $8) SELECT h.id, h.session_id, "
                   "h.role, h.content, h.tool_name, h.timestamp, h.source, h.model, "
                   "h.session_started, h.title, {snippet} AS snippet, b.id AS before_id, a.id AS "
                   "after_id, b.role AS before_role, b.content AS before_content, a.role AS "

@@ -232,8 +232,10 @@ fn statement(plan: &Plan, order: SearchOrder, route: Route) -> String {
             "h.timestamp ASC, h.hit_rank, h.id",
         ),
     };
-    // Each side's neighbour is one index read of the hit's session, run for
-    // the page only: `hits` is materialized, so the page comes first.
+    // The matches are found first, by the side table's indexes (a store
+    // not analyzed yet would otherwise be scanned in id order), then the
+    // page; each side's neighbour is one index read of the hit's session,
+    // for the page only.
     let neighbour = |cmp: &str, dir: &str| {
         format!(
             "LEFT JOIN LATERAL (SELECT n.id, n.role, n.content FROM messages n
@@ -243,14 +245,16 @@ fn statement(plan: &Plan, order: SearchOrder, route: Route) -> String {
         )
     };
     format!(
-        "WITH hits AS MATERIALIZED (
+        "WITH found AS MATERIALIZED (
+            SELECT x.message_id, x.session_id, {rank} AS hit_rank FROM hermes_search x
+            WHERE {matches}),
+         hits AS MATERIALIZED (
             SELECT m.id, m.session_id, m.role, m.content, m.tool_name, m.tool_calls, m.timestamp,
-                   s.source, s.model, s.started_at AS session_started, s.title,
-                   {rank} AS hit_rank
-            FROM hermes_search x
+                   s.source, s.model, s.started_at AS session_started, s.title, x.hit_rank
+            FROM found x
             JOIN messages m ON m.id = x.message_id
             JOIN sessions s ON s.id = m.session_id
-            WHERE {matches} AND {FILTERS}
+            WHERE {FILTERS}
             ORDER BY {inner} LIMIT $7 OFFSET $8)
          SELECT h.id, h.session_id, h.role, h.content, h.tool_name, h.timestamp, h.source,
                 h.model, h.session_started, h.title, {snippet} AS snippet, b.id AS before_id,
