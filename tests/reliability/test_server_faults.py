@@ -80,6 +80,7 @@ async def test_a_server_restart_under_load_loses_and_duplicates_no_turn(tmp_path
         postgres.use_store(state_db, server.url)
         gateway = launch(home, state_db)
         restarted = asyncio.Event()
+        after: dict[str, int] = {}  # chat -> its turn number when the restarts were over
         try:
             async def converse(http: aiohttp.ClientSession, chat: str) -> None:
                 for n in itertools.count():
@@ -91,7 +92,6 @@ async def test_a_server_restart_under_load_loses_and_duplicates_no_turn(tmp_path
                     commands[tag] = f"turn {tag} rounds={1 + n % 3} ms=5"
                     replies[tag] = await post(http, gateway, chat, commands[tag])
 
-            after: dict[str, int] = {}
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as http:
                 talks = [asyncio.ensure_future(converse(http, chat)) for chat in CHATS]
                 started = time.monotonic()
