@@ -11,6 +11,9 @@ server rather than a file, under a running gateway process (real ``AIAgent``, sc
   is refused (it cannot read the conversation), the user told.
 * A role that loses its right to write (``REVOKE``) while the gateway runs: the same, the
   cause named as a refusal to write (``ReadOnlyDatabaseError``).
+* The server's disk full: the store's tables in a tablespace on a small tmpfs, filled while
+  the gateway runs: the cause named, a write is ``DiskFullError``, what the server took is a
+  prefix of the turns and the spool holds the rest; ``recover`` restores them once.
 * Another connection holding the store's tables locked (another host's long transaction),
   with the server's ``statement_timeout`` shorter than the busy budget or not: a write fails
   within the budget as ``DatabaseLockedError`` instead of waiting for ever.
@@ -22,16 +25,20 @@ stopped or restarted is a test's own (``support/pg_server.py``), never the share
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
+import shutil
 import stat
+import tempfile
 import time
+from collections.abc import Iterator
 from collections import Counter
 from pathlib import Path
 
 import aiohttp
 import pytest
-from hermes.errors import DatabaseLockedError, ReadOnlyDatabaseError
+from hermes.errors import DatabaseLockedError, DiskFullError, ReadOnlyDatabaseError
 from hermes.gateway.turn import FAILURE_NOTICE
 from hermes.state import SessionDB
 from support import postgres
@@ -46,14 +53,17 @@ from .harness import (
     post,
     setting,
     store_of,
+    wait_until_indexed,
     write_figures,
 )
 from .rounds_agent import marker, parse_command
 from .test_kill9 import script
+from .faults import fill, succeeds
 from .test_sigterm import wait_for
 from .test_storage_faults import (
     A,
     B,
+    C,
     assert_kept,
     continue_without_duplicates,
     faulted_turns,
@@ -215,6 +225,91 @@ async def test_a_role_that_loses_its_write_permission(tmp_path: Path) -> None:
     assert stored(state_db, session_id) == A
     recover_twice(home, state_db, session_id, A)
     await continue_without_duplicates(home, state_db)
+
+
+@contextlib.contextmanager
+def tablespace_on_a_small_filesystem(size: str) -> Iterator[tuple[str, Path]]:
+    """A tablespace of the test server on a tmpfs of ``size`` (which the server's user can
+    reach, unlike pytest's own temp dirs): its name and directory. Skipped where mounting is
+    not permitted; dropped and unmounted afterwards."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("needs root and mount(8) to give the server a small real filesystem")
+    directory = Path(tempfile.mkdtemp(prefix="hermes-pg-space-"))
+    directory.chmod(0o755)
+    if not succeeds("mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs",
+                    str(directory)):
+        directory.rmdir()
+        pytest.skip("mounting a tmpfs is not permitted here")
+    name = f"hermes_space_{os.getpid()}"
+    try:
+        shutil.chown(directory, "postgres", "postgres")
+        postgres.psql(f"CREATE TABLESPACE {name} LOCATION '{directory}'")
+        yield name, directory
+    finally:
+        with contextlib.suppress(RuntimeError):
+            postgres.psql(f"DROP TABLESPACE IF EXISTS {name}")
+        succeeds("umount", str(directory)) or succeeds("umount", "-l", str(directory))
+        directory.rmdir()
+
+
+_MOVE_TABLES = """DO $$ DECLARE t record; BEGIN
+    FOR t IN SELECT tablename FROM pg_tables WHERE schemaname = current_schema() LOOP
+        EXECUTE format('ALTER TABLE %I SET TABLESPACE {space}, SET (fillfactor = 10)',
+                       t.tablename);
+    END LOOP;
+END $$"""
+
+
+@pytest.mark.asyncio
+async def test_a_full_disk_on_the_server(tmp_path: Path) -> None:
+    home, state_db = tmp_path / "home", tmp_path / "state.db"
+    with tablespace_on_a_small_filesystem("8m") as (space, directory):
+        url = postgres.fresh_store()
+        SessionDB(url).close()  # migrated, then its tables moved onto the small filesystem,
+        # their pages filled to a tenth only
+        postgres.psql(_MOVE_TABLES.format(space=space), url=url)
+        postgres.use_store(state_db, url)
+        filler: list[Path] = []
+
+        def fill_up() -> None:
+            # A row past the tenth of its page first, so the next message needs a new page.
+            with SessionDB(url) as other:
+                other.create_session("padding", "cli")
+                other.append_message("padding", "user", os.urandom(750).hex())
+            wait_until_indexed(state_db)
+            filler.append(fill(directory))
+
+        try:
+            _, log = await faulted_turns(home, state_db, fill_up)
+            errors = [line for line in log.splitlines() if store_of(state_db) in line]
+            assert any("No space left on device" in line for line in errors), log
+            # Unlike a file, the server may still take a write that fits in a page it has
+            # (a spool imported by a later flush, say): what it took is whole transactions,
+            # a prefix of the turns, and the spool holds exactly the rest.
+            with SessionDB(state_db) as db:
+                entry = entry_for(db, "f")
+                assert entry is not None
+                session_id = entry.session_id
+                with pytest.raises(DiskFullError):
+                    db.append_message(session_id, "user", "refused")
+            whole = A + B + C
+            kept = stored(state_db, session_id)
+            assert kept == whole[:len(kept)] and len(kept) >= len(A), kept
+            names, _ = spooled(home)
+            assert sorted(names) == sorted(whole[len(kept):]), (kept, names)
+            filler.pop().unlink()
+            first = hermes_cli(home, "sessions", "recover", "--db", str(state_db))
+            assert first.returncode == 0, first.stdout + first.stderr
+            assert stored(state_db, session_id) == whole
+            again = hermes_cli(home, "sessions", "recover", "--db", str(state_db))
+            assert again.returncode == 0 and "nothing to recover" in again.stdout, again.stdout
+            assert stored(state_db, session_id) == whole
+            assert consistency_problems(state_db) == []
+            await continue_without_duplicates(home, state_db)
+        finally:
+            for path in filler:
+                path.unlink()
+            postgres.psql(f"DROP SCHEMA {url.rsplit('%3D', 1)[1]} CASCADE")
 
 
 @pytest.mark.parametrize("statement_timeout", [None, "100ms"])
