@@ -192,11 +192,14 @@ fn by_admitted_ids(search: &Search) -> bool {
         && (search.sources.is_some() || search.exclude_sources.is_some())
 }
 
-/// `SELECT count(*)` of the matches of `?1` in `table`, up to [`FEW_MATCHES`].
-fn few_matches_sql(table: &str) -> String {
-    format!(
+/// Whether the FTS5 query `fts5` has at least [`FEW_MATCHES`] matches in
+/// `table` (counted no further).
+fn many_matches(conn: &Connection, table: &str, fts5: &str) -> rusqlite::Result<bool> {
+    let sql = format!(
         "SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {table} MATCH ?1 LIMIT {FEW_MATCHES})"
-    )
+    );
+    let found: i64 = conn.prepare_cached(&sql)?.query_row([fts5], |r| r.get(0))?;
+    Ok(found >= FEW_MATCHES)
 }
 
 /// The ids of the messages the source filters of `search` admit, live (and
@@ -222,9 +225,9 @@ fn admitted_ids(search: &Search) -> (String, Vec<SqlValue>) {
 /// The ids of a page of hits, best match first (equal ranks in id order),
 /// ranking only the matches in the admitted set (`admitted.rs`, set by the
 /// caller). With a role filter, every admitted match is ranked and then
-/// their roles are read in rank order until the page is full: reading the
-/// role of each admitted match before ranking would cost a message row
-/// read each (most of the time for a common word).
+/// their roles are read in rank order, a chunk at a time, until the page is
+/// full: reading the role of each admitted match before ranking would cost
+/// a message row read each (most of the time for a common word).
 fn admitted_page(
     conn: &Connection,
     table: &str,
@@ -251,21 +254,37 @@ fn admitted_page(
         .query_map([fts5], |r| Ok((r.get(1)?, r.get(0)?)))?
         .collect::<rusqlite::Result<_>>()?;
     ranked.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let roles = serde_json::to_string(roles).unwrap_or_default();
-    let mut kept_role = conn.prepare_cached(
-        "SELECT 1 FROM messages WHERE id = ?1 AND role IN (SELECT value FROM json_each(?2))",
+    // The roles are read a chunk of ranked ids at a time (one statement
+    // for many rows), a chunk being a few pages' worth of the roles kept.
+    let mut roles_of = conn.prepare_cached(
+        "SELECT id, role FROM messages WHERE id IN (SELECT value FROM json_each(?1))",
     )?;
     let wanted = usize::try_from(offset.saturating_add(limit)).unwrap_or(usize::MAX);
+    let chunk = wanted.saturating_mul(4).clamp(256, 4096);
     let mut kept = Vec::new();
-    for (_, id) in ranked {
-        if kept.len() == wanted {
+    for ids in ranked.chunks(chunk) {
+        let ids: Vec<i64> = ids.iter().map(|(_, id)| *id).collect();
+        let listed = serde_json::to_string(&ids).unwrap_or_default();
+        let kept_ids: std::collections::HashSet<i64> = roles_of
+            .query_map([listed], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+            })?
+            .filter_map(|row| match row {
+                Ok((id, role)) if roles.contains(&role) => Some(Ok(id)),
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            })
+            .collect::<rusqlite::Result<_>>()?;
+        kept.extend(ids.into_iter().filter(|id| kept_ids.contains(id)));
+        if kept.len() >= wanted {
             break;
         }
-        if kept_role.exists(params![id, roles])? {
-            kept.push(id);
-        }
     }
-    Ok(kept.into_iter().skip(offset as usize).collect())
+    Ok(kept
+        .into_iter()
+        .skip(offset as usize)
+        .take(limit as usize)
+        .collect())
 }
 
 /// The hits of the messages `ids` (`?2`, a JSON array), in its order, with
@@ -365,24 +384,20 @@ impl SqliteBackend {
                 let (sql, params) = substring_search(&terms, search);
                 tables::all(c, &sql, params_from_iter(&params))
             }
-            Some((table, fts5)) => {
+            Some((table, fts5)) if by_admitted_ids(search) && many_matches(c, table, &fts5)? => {
                 // One snapshot for the admitted ids and the matches.
                 let tx = c.unchecked_transaction()?;
-                let out = if by_admitted_ids(search)
-                    && c.query_row(&few_matches_sql(table), [&fts5], |r| r.get::<_, i64>(0))?
-                        >= FEW_MATCHES
-                {
-                    let (ids_sql, ids_params) = admitted_ids(search);
-                    let set = IdSet::read(c, &ids_sql, params_from_iter(&ids_params))?;
-                    let ids = admitted::with_set(set, || admitted_page(c, table, &fts5, search))?;
-                    let ids = serde_json::to_string(&ids).unwrap_or_default();
-                    tables::all(c, &hits_of_ids(table), params![fts5, ids])
-                } else {
-                    let (sql, params) = index_search(table, fts5, search);
-                    tables::all(c, &sql, params_from_iter(&params))
-                };
+                let (ids_sql, ids_params) = admitted_ids(search);
+                let set = IdSet::read(c, &ids_sql, params_from_iter(&ids_params))?;
+                let ids = admitted::with_set(set, || admitted_page(c, table, &fts5, search))?;
+                let ids = serde_json::to_string(&ids).unwrap_or_default();
+                let out = tables::all(c, &hits_of_ids(table), params![fts5, ids]);
                 tx.finish()?;
                 out
+            }
+            Some((table, fts5)) => {
+                let (sql, params) = index_search(table, fts5, search);
+                tables::all(c, &sql, params_from_iter(&params))
             }
         });
         // The query is always well formed (`Terms::fts5`); a failure with
