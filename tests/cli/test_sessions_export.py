@@ -6,6 +6,7 @@ prompts only; whole compression lineages; what it refuses, in one line."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -216,15 +217,17 @@ def test_html_of_several_sessions_links_to_each(hermes_home: Path, store: Path,
 
 def test_markdown_fences_hold_whatever_the_tool_printed(hermes_home: Path,
                                                        store: Path) -> None:
-    text = exported(hermes_home, "old", "--format", "md")
+    text = exported(hermes_home, "old", "--format", "md", "-o", "-")
     assert text.startswith("# Session old\n")
     assert "````\n```\nfile.txt\n```\n````" in text  # a longer fence around the backticks
-    several = exported(hermes_home, "--older-than", "30", "--format", "md")
-    assert several.count("# Session ") == 2 and "\n---\n" in several
+    # It ends with its own check, in hermes-agent's lines.
+    verification = text[text.index("\n## Export verification\n"):]
+    assert "- Session id: `old`\n- Exported messages: `4`\n" in verification
+    assert re.search(r"^- SHA256 of exported body: `[0-9a-f]{64}`$", verification, re.MULTILINE)
 
 
 def test_quarto_markdown_has_a_yaml_header(hermes_home: Path, store: Path) -> None:
-    text = exported(hermes_home, "old", "--format", "qmd")
+    text = exported(hermes_home, "old", "--format", "qmd", "-o", "-")
     header, _, body = text.removeprefix("---\n").partition("\n---\n")
     fields = dict(line.split(": ", 1) for line in header.splitlines())
     assert json.loads(fields["title"]) == HOSTILE and json.loads(fields["session-id"]) == "old"
@@ -277,7 +280,7 @@ def test_a_trace_of_several_sessions_is_a_file_each(hermes_home: Path, store: Pa
 
 
 def test_redact_takes_secrets_out_of_any_format(hermes_home: Path, store: Path) -> None:
-    for argv in (["old"], ["--older-than", "30"], ["old", "--format", "md"],
+    for argv in (["old"], ["--older-than", "30"], ["old", "--format", "md", "-o", "-"],
                  ["old", "--format", "html"], ["--only", "user-prompts"]):
         plain, redacted = exported(hermes_home, *argv), exported(hermes_home, *argv,
                                                                  "--redact")
@@ -294,8 +297,10 @@ def test_redact_takes_secrets_out_of_any_format(hermes_home: Path, store: Path) 
     (["old", "--no-redact"], "--no-redact is for --format trace"),
     (["old", "--format", "trace", "--redact", "--no-redact"], "contradict"),
     (["--only", "user-prompts", "--format", "html"], "writes jsonl or md, not html"),
-    (["old", "--force"], "--force is for a trace of several sessions"),
-    (["--format", "trace", "-o", "-"], "name a directory with -o"),
+    (["old", "--force"], "--force replaces files in an export directory"),
+    (["old", "--format", "md", "-o", "x.md", "--force"], "a single output file is always"),
+    (["--format", "trace", "--source", "local", "-o", "-"], "name a directory with -o"),
+    (["--format", "md", "-o", "-"], "md of several sessions is a file each"),
     (["--format", "pdf"], "invalid choice: 'pdf'"),
     (["--older-than", "soon"], "neither a duration nor a date"),
 ])
@@ -316,7 +321,7 @@ def test_a_trace_directory_that_is_a_file_is_one_line(hermes_home: Path, store: 
     taken = tmp_path / "taken"
     taken.write_text("")
     line = one_line_failure(hermes(hermes_home, "sessions", "export", "--format", "trace",
-                                   "-o", str(taken)))
+                                   "--older-than", "30", "-o", str(taken)))
     assert str(taken) in line
     line = one_line_failure(hermes(hermes_home, "sessions", "export", "--format", "html",
                                    "-o", str(tmp_path / "missing" / "x.html")))
