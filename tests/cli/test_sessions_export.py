@@ -273,10 +273,37 @@ def test_a_trace_of_several_sessions_is_a_file_each(hermes_home: Path, store: Pa
                     "30", "-o", str(folder), "--force")
     assert "wrote 2 session traces" in forced.stderr
     assert lines((folder / "old.trace.jsonl").read_text())[0]["sessionId"] == "old"
+    # One session into a directory that exists: its file there.
+    assert hermes(hermes_home, "sessions", "export", "live", "--format", "trace", "-o",
+                  str(folder)).returncode == 0
+    assert lines((folder / "live.trace.jsonl").read_text())[0]["sessionId"] == "live"
     # Without -o: $HERMES_HOME/session-exports, as hermes-agent's.
     assert hermes(hermes_home, "sessions", "export", "--format", "trace", "--source",
                   "local").returncode == 0
     assert (hermes_home / "session-exports" / "archived.trace.jsonl").exists()
+
+
+def test_a_bare_trace_is_the_latest_session_by_last_activity(hermes_home: Path) -> None:
+    now = time.time()
+    with SessionDB(hermes_home / "state.db") as db:
+        db.create_session("started-last", "cli", started_at=now - 100)
+        db.append_message("started-last", "user", "early words", timestamp=now - 100)
+        db.create_session("active-last", "cli", started_at=now - 1000)
+        db.append_message("active-last", "user", "latest words", timestamp=now - 10)
+        db.create_session("hidden", "cli", started_at=now - 5)
+        db.append_message("hidden", "user", "archived words", timestamp=now - 5)
+        db.set_session_archived("hidden", True)
+    done = hermes(hermes_home, "sessions", "export", "--format", "trace")
+    assert done.returncode == 0, done.stderr
+    assert {t["sessionId"] for t in lines(done.stdout)} == {"active-last"}
+    assert "exporting session active-last, the latest by last activity" in done.stderr
+    dry = hermes(hermes_home, "sessions", "export", "--format", "trace", "--dry-run")
+    assert [row.split("\t")[0] for row in dry.stdout.splitlines()[1:]] == ["active-last"]
+    with SessionDB(hermes_home / "state.db") as db:
+        db.delete_sessions(["started-last", "active-last"])
+    done = hermes(hermes_home, "sessions", "export", "--format", "trace")
+    assert done.returncode == 0 and done.stdout == ""
+    assert "no sessions are stored (archived ones aside); nothing exported" in done.stderr
 
 
 def test_redact_takes_secrets_out_of_any_format(hermes_home: Path, store: Path) -> None:
@@ -322,7 +349,7 @@ def test_a_trace_directory_that_is_a_file_is_one_line(hermes_home: Path, store: 
     taken.write_text("")
     line = one_line_failure(hermes(hermes_home, "sessions", "export", "--format", "trace",
                                    "--older-than", "30", "-o", str(taken)))
-    assert str(taken) in line
+    assert f"{taken} is a file" in line and "name a directory with -o" in line
     line = one_line_failure(hermes(hermes_home, "sessions", "export", "--format", "html",
                                    "-o", str(tmp_path / "missing" / "x.html")))
     assert "x.html" in line and "directory must exist" in line

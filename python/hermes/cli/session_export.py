@@ -420,14 +420,14 @@ def _export_to_directory(db: SessionDB, args: argparse.Namespace, chosen: Format
     and what to say of them."""
     assert target.path is not None
     folder = target.path
+    kind = _FILE_KINDS[args.format]
+    if folder.exists() and not folder.is_dir():
+        raise CommandError(f"{folder} is a file, and a {kind} a session is written into a "
+                           "directory; name a directory with -o")
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise CommandError(describe_os_error(exc, "create the directory")) from None
-    if not folder.is_dir():
-        raise CommandError(f"{folder} is a file, and {args.format} of several sessions is "
-                           "written into a directory; name a directory with -o")
-    kind = _FILE_KINDS[args.format]
     written: dict[str, Path] = {}
     kept: list[Path] = []
     names: set[str] = set()
