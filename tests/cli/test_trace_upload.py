@@ -166,7 +166,7 @@ def test_a_trace_goes_redacted_to_the_users_private_dataset(hermes_home: Path, s
     done = upload(hermes_home, hub, "old")
     assert done.returncode == 0, done.stderr
     address = f"{hub.endpoint}/datasets/{DATASET}/blob/main/sessions/old.jsonl"
-    assert f"uploaded the trace of session old to {address} (a private dataset)" in done.stderr
+    assert done.stderr == f"uploaded the trace of session old to {address} (a private dataset)\n"
     assert hub.repos == {DATASET: True}
     uploaded = hub.uploaded()
     assert list(uploaded) == ["sessions/old.jsonl"]
