@@ -11,6 +11,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -187,7 +188,7 @@ def test_a_file_kept_from_before_deletes_nothing(hermes_home: Path, store: Path,
     assert "deleted session old" in said
 
 
-def _read_then_write_back(fifo: Path, change: Any) -> threading.Thread:
+def _read_then_write_back(fifo: Path, change: Callable[[str], str]) -> threading.Thread:
     """Reads what the export writes into ``fifo``, calls ``change(text)`` and writes back
     what it returns when the command reads the file back: a file changed on disk, or a
     session changed in the store, between the export and its verification."""
