@@ -22,6 +22,15 @@ from hermes.state import SessionDB
 
 
 @pytest.fixture(autouse=True)
+def _titles_from_first_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No title asked of the model (the gateway's default, ``auxiliary.title_generation``):
+    tests that script a model's replies would get one request more than they script.
+    ``gateway/test_books.py`` turns it on where it tests it; processes a test starts inherit
+    the variable."""
+    monkeypatch.setenv("HERMES_TITLE_GENERATION", "false")
+
+
+@pytest.fixture(autouse=True)
 def _stores_on_postgresql(monkeypatch: pytest.MonkeyPatch) -> None:
     """With ``HERMES_TEST_STORE=postgresql`` (``support/postgres.py``), every store opened on
     a file path opens that path's own fresh database on the test server instead."""

@@ -26,6 +26,10 @@ names another)::
     agent:
       max_iterations: 20           # model calls per turn
       system_prompt: You are ...   # (default: none)
+    auxiliary:
+      title_generation:
+        enabled: true              # a platform conversation's title asked of the model after
+                                   # its first exchange (else, or offline: its first message)
     tools:
       terminal:
         enabled: false             # the shell tool runs commands on this machine
@@ -86,6 +90,7 @@ Environment variables (each names one key; a later line wins over an earlier one
     HERMES_GATEWAY_AGENT_FACTORY    gateway.agent_factory
     HERMES_GATEWAY_SYNCHRONOUS      gateway.synchronous
     HERMES_DATABASE_URL             database.url
+    HERMES_TITLE_GENERATION         auxiliary.title_generation.enabled
 
 A variable that is empty counts as unset (``OPENAI_API_KEY=`` leaves the file's key).
 
@@ -139,7 +144,8 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 __all__ = [
-    "ENVIRONMENT", "OFFLINE_MODEL", "AgentConfig", "ApiServerConfig", "DatabaseConfig",
+    "ENVIRONMENT", "OFFLINE_MODEL", "AgentConfig", "ApiServerConfig", "AuxiliaryConfig",
+    "DatabaseConfig",
     "HermesConfig",
     "ModelConfig", "TerminalToolConfig", "ToolsConfig", "config_path", "load_config",
 ]
@@ -205,6 +211,19 @@ class ApiServerConfig:
 
 
 @dataclass(frozen=True)
+class TitleGenerationConfig:
+    #: After a platform conversation's first exchange, ask the model for its title.
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class AuxiliaryConfig:
+    """Model calls beside the conversation's own (hermes-agent's ``auxiliary`` section)."""
+
+    title_generation: TitleGenerationConfig = field(default_factory=TitleGenerationConfig)
+
+
+@dataclass(frozen=True)
 class DatabaseConfig:
     #: A ``postgresql://`` URL: the store lives on that server, not in ``state_db``.
     url: str | None = None
@@ -217,6 +236,7 @@ class HermesConfig:
 
     model: ModelConfig = field(default_factory=ModelConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    auxiliary: AuxiliaryConfig = field(default_factory=AuxiliaryConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     api_server: ApiServerConfig = field(default_factory=ApiServerConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
@@ -250,6 +270,7 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("HERMES_GATEWAY_AGENT_FACTORY", "gateway.agent_factory"),
     ("HERMES_GATEWAY_SYNCHRONOUS", "gateway.synchronous"),
     ("HERMES_DATABASE_URL", "database.url"),
+    ("HERMES_TITLE_GENERATION", "auxiliary.title_generation.enabled"),
 )
 
 _TRUE = frozenset({"1", "true", "yes", "on"})

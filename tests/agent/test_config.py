@@ -18,7 +18,8 @@ from hermes.gateway.platform_env import PLATFORM_ENVIRONMENT
 from hermes.errors import ConfigError
 
 
-def test_defaults_without_a_file(hermes_home: Path) -> None:
+def test_defaults_without_a_file(hermes_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HERMES_TITLE_GENERATION")  # set by tests/conftest.py for every test
     config = load_config()
     assert config == HermesConfig()
     assert config.model.is_remote is False

@@ -25,7 +25,7 @@ def long_session(hermes_home: Path) -> str:
 
 
 @pytest.mark.parametrize("argv", [["sessions", "export", "long"],
-                                  ["sessions", "export", "long", "--format", "md"],
+                                  ["sessions", "export", "long", "--format", "md", "-o", "-"],
                                   ["sessions", "show", "long"],
                                   ["sessions", "show", "long", "--json"]])
 def test_a_reader_that_goes_away_ends_the_command_quietly(
@@ -39,16 +39,17 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(
     assert done.returncode == 141  # as a Unix tool ended by SIGPIPE
 
 
-@pytest.mark.parametrize(("target", "expected"), [
-    ("/nonexistent/dir/x.md", "cannot write /nonexistent/dir/x.md: No such file or directory; "
-                              "check the path; its directory must exist"),
-    ("{home}", "cannot write {home}: Is a directory; name a file, not a directory"),
-    ("/dev/full", "cannot write /dev/full: No space left on device; free some space"),
+@pytest.mark.parametrize(("target", "form", "expected"), [
+    ("/nonexistent/dir/x.md", "md", "cannot write /nonexistent/dir/x.md: No such file or "
+                                    "directory; check the path; its directory must exist"),
+    ("{home}", "html", "cannot write {home}: Is a directory; name a file, not a directory"),
+    ("/dev/full", "md", "cannot write /dev/full: No space left on device; free some space"),
+    ("/proc/x/", "md", "cannot create the directory /proc/x: No such file or directory"),
 ])
 def test_an_unwritable_output_path_is_one_line(hermes_home: Path, long_session: str,
-                                               target: str, expected: str) -> None:
+                                               target: str, form: str, expected: str) -> None:
     target, expected = (text.format(home=hermes_home) for text in (target, expected))
-    done = hermes(hermes_home, "sessions", "export", "long", "--format", "md", "-o", target)
+    done = hermes(hermes_home, "sessions", "export", "long", "--format", form, "-o", target)
     assert one_line_failure(done).startswith(f"hermes: {expected}")
     with SessionDB(hermes_home / "state.db") as db:  # nothing lost
         assert db.live_message_count("long") == 2000

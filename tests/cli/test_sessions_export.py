@@ -6,6 +6,7 @@ prompts only; whole compression lineages; what it refuses, in one line."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -216,15 +217,17 @@ def test_html_of_several_sessions_links_to_each(hermes_home: Path, store: Path,
 
 def test_markdown_fences_hold_whatever_the_tool_printed(hermes_home: Path,
                                                        store: Path) -> None:
-    text = exported(hermes_home, "old", "--format", "md")
+    text = exported(hermes_home, "old", "--format", "md", "-o", "-")
     assert text.startswith("# Session old\n")
     assert "````\n```\nfile.txt\n```\n````" in text  # a longer fence around the backticks
-    several = exported(hermes_home, "--older-than", "30", "--format", "md")
-    assert several.count("# Session ") == 2 and "\n---\n" in several
+    # It ends with its own check, in hermes-agent's lines.
+    verification = text[text.index("\n## Export verification\n"):]
+    assert "- Session id: `old`\n- Exported messages: `4`\n" in verification
+    assert re.search(r"^- SHA256 of exported body: `[0-9a-f]{64}`$", verification, re.MULTILINE)
 
 
 def test_quarto_markdown_has_a_yaml_header(hermes_home: Path, store: Path) -> None:
-    text = exported(hermes_home, "old", "--format", "qmd")
+    text = exported(hermes_home, "old", "--format", "qmd", "-o", "-")
     header, _, body = text.removeprefix("---\n").partition("\n---\n")
     fields = dict(line.split(": ", 1) for line in header.splitlines())
     assert json.loads(fields["title"]) == HOSTILE and json.loads(fields["session-id"]) == "old"
@@ -270,14 +273,41 @@ def test_a_trace_of_several_sessions_is_a_file_each(hermes_home: Path, store: Pa
                     "30", "-o", str(folder), "--force")
     assert "wrote 2 session traces" in forced.stderr
     assert lines((folder / "old.trace.jsonl").read_text())[0]["sessionId"] == "old"
+    # One session into a directory that exists: its file there.
+    assert hermes(hermes_home, "sessions", "export", "live", "--format", "trace", "-o",
+                  str(folder)).returncode == 0
+    assert lines((folder / "live.trace.jsonl").read_text())[0]["sessionId"] == "live"
     # Without -o: $HERMES_HOME/session-exports, as hermes-agent's.
     assert hermes(hermes_home, "sessions", "export", "--format", "trace", "--source",
                   "local").returncode == 0
     assert (hermes_home / "session-exports" / "archived.trace.jsonl").exists()
 
 
+def test_a_bare_trace_is_the_latest_session_by_last_activity(hermes_home: Path) -> None:
+    now = time.time()
+    with SessionDB(hermes_home / "state.db") as db:
+        db.create_session("started-last", "cli", started_at=now - 100)
+        db.append_message("started-last", "user", "early words", timestamp=now - 100)
+        db.create_session("active-last", "cli", started_at=now - 1000)
+        db.append_message("active-last", "user", "latest words", timestamp=now - 10)
+        db.create_session("hidden", "cli", started_at=now - 5)
+        db.append_message("hidden", "user", "archived words", timestamp=now - 5)
+        db.set_session_archived("hidden", True)
+    done = hermes(hermes_home, "sessions", "export", "--format", "trace")
+    assert done.returncode == 0, done.stderr
+    assert {t["sessionId"] for t in lines(done.stdout)} == {"active-last"}
+    assert "exporting session active-last, the latest by last activity" in done.stderr
+    dry = hermes(hermes_home, "sessions", "export", "--format", "trace", "--dry-run")
+    assert [row.split("\t")[0] for row in dry.stdout.splitlines()[1:]] == ["active-last"]
+    with SessionDB(hermes_home / "state.db") as db:
+        db.delete_sessions(["started-last", "active-last"])
+    done = hermes(hermes_home, "sessions", "export", "--format", "trace")
+    assert done.returncode == 0 and done.stdout == ""
+    assert "no sessions are stored (archived ones aside); nothing exported" in done.stderr
+
+
 def test_redact_takes_secrets_out_of_any_format(hermes_home: Path, store: Path) -> None:
-    for argv in (["old"], ["--older-than", "30"], ["old", "--format", "md"],
+    for argv in (["old"], ["--older-than", "30"], ["old", "--format", "md", "-o", "-"],
                  ["old", "--format", "html"], ["--only", "user-prompts"]):
         plain, redacted = exported(hermes_home, *argv), exported(hermes_home, *argv,
                                                                  "--redact")
@@ -294,8 +324,10 @@ def test_redact_takes_secrets_out_of_any_format(hermes_home: Path, store: Path) 
     (["old", "--no-redact"], "--no-redact is for --format trace"),
     (["old", "--format", "trace", "--redact", "--no-redact"], "contradict"),
     (["--only", "user-prompts", "--format", "html"], "writes jsonl or md, not html"),
-    (["old", "--force"], "--force is for a trace of several sessions"),
-    (["--format", "trace", "-o", "-"], "name a directory with -o"),
+    (["old", "--force"], "--force replaces files in an export directory"),
+    (["old", "--format", "md", "-o", "x.md", "--force"], "a single output file is always"),
+    (["--format", "trace", "--source", "local", "-o", "-"], "name a directory with -o"),
+    (["--format", "md", "-o", "-"], "md of several sessions is a file each"),
     (["--format", "pdf"], "invalid choice: 'pdf'"),
     (["--older-than", "soon"], "neither a duration nor a date"),
 ])
@@ -316,8 +348,8 @@ def test_a_trace_directory_that_is_a_file_is_one_line(hermes_home: Path, store: 
     taken = tmp_path / "taken"
     taken.write_text("")
     line = one_line_failure(hermes(hermes_home, "sessions", "export", "--format", "trace",
-                                   "-o", str(taken)))
-    assert str(taken) in line
+                                   "--older-than", "30", "-o", str(taken)))
+    assert f"{taken} is a file" in line and "name a directory with -o" in line
     line = one_line_failure(hermes(hermes_home, "sessions", "export", "--format", "html",
                                    "-o", str(tmp_path / "missing" / "x.html")))
     assert "x.html" in line and "directory must exist" in line

@@ -69,8 +69,10 @@ def test_python_thread_keeps_running_during_a_100k_message_flush(
     advanced = during[1] - during[0]
     # With the GIL held for the whole flush the counter could only move at the
     # interpreter's switch points before/after the call; released for the SQL
-    # it runs at (a fair share of) full speed for most of the flush.
-    assert advanced > 0.25 * alone * elapsed, (
+    # it runs at (a fair share of) full speed for most of the flush. The bar is
+    # low (a twentieth of its speed alone) so that other processes taking the
+    # cores meanwhile do not fail it; a held GIL leaves the counter near zero.
+    assert advanced > 0.05 * alone * elapsed, (
         f"counter advanced {advanced} in {elapsed:.2f}s; alone it does {alone:.0f}/s")
     session = db.get_session("s1")
     assert session is not None and session["message_count"] == 100_000

@@ -1,15 +1,18 @@
-"""The gateway keeps the books of its sessions in state.db: a title from the first exchange,
+"""The gateway keeps the books of its sessions in state.db: a title from the first exchange
+(the model's, else the first message's),
 the reason a session ended (a reset, an expiry), on a started runner with a real database."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.events import RunnerFactory, current_session_id, event, runner_db
+from support.fake_openai import FakeOpenAI, Reply
 
 from hermes.config import load_config
 from hermes.errors import InvalidSettingError
@@ -53,6 +56,79 @@ async def test_a_title_set_first_is_not_replaced(make_runner: RunnerFactory) -> 
     await runner._handle_message(event("Plan a weekend in Lisbon"))
     await asyncio.sleep(0.3)
     assert (await _session(runner))["title"] == "Holidays"
+
+
+class _TitlingModel(FakeOpenAI):
+    """Answers a title request with ``title`` (a 500 when it is None)."""
+
+    def __init__(self, title: str | None) -> None:
+        super().__init__()
+        self.title = title
+
+    def next_reply(self, body: dict[str, Any]) -> Reply:
+        assert body["messages"][0]["content"].startswith("Name this conversation")
+        if self.title is None:
+            return Reply(status=500, error="scripted outage")
+        return Reply(content=self.title)
+
+
+@pytest.fixture
+def titling_model(monkeypatch: pytest.MonkeyPatch, home: Path) -> Iterator[Callable[..., Any]]:
+    """``start(title)``: a model endpoint on loopback that names conversations, configured
+    for the gateway (the scripted agent itself never calls it), title generation on."""
+    servers: list[_TitlingModel] = []
+
+    def start(title: str | None) -> _TitlingModel:
+        server = _TitlingModel(title).__enter__()
+        servers.append(server)
+        monkeypatch.setenv("HERMES_BASE_URL", server.url)
+        monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+        monkeypatch.setenv("HERMES_MODEL", "titler")
+        monkeypatch.setenv("HERMES_TITLE_GENERATION", "true")
+        return server
+
+    yield start
+    for server in servers:
+        server.__exit__(None, None, None)
+
+
+@pytest.mark.asyncio
+async def test_the_model_names_a_platform_conversation(
+        make_runner: RunnerFactory, titling_model: Callable[..., Any]) -> None:
+    model = titling_model('<think>They want a trip.</think>\nTitle: "Lisbon weekend with kids."')
+    runner = await make_runner()
+    reply = await runner._handle_message(event("Plan a weekend in Lisbon\nwith two kids"))
+    assert (await _session(runner, until="title"))["title"] == "Lisbon weekend with kids"
+    # Asked once, shown the first exchange: the user's message and the reply.
+    (asked,) = model.requests
+    shown = asked["messages"][-1]["content"]
+    assert "User: Plan a weekend in Lisbon\nwith two kids" in shown
+    assert f"Assistant: {reply}" in shown
+    await runner._handle_message(event("and where to eat?"))
+    await asyncio.sleep(0.2)
+    assert len(model.requests) == 1  # only after the first exchange
+
+
+@pytest.mark.asyncio
+async def test_a_model_that_fails_leaves_the_first_message_as_the_title(
+        make_runner: RunnerFactory, titling_model: Callable[..., Any]) -> None:
+    model = titling_model(None)
+    runner = await make_runner()
+    await runner._handle_message(event("Plan a weekend in Lisbon"))
+    assert (await _session(runner, until="title"))["title"] == "Plan a weekend in Lisbon"
+    assert len(model.requests) == 1  # no retry
+
+
+@pytest.mark.asyncio
+async def test_title_generation_off_asks_nothing(
+        make_runner: RunnerFactory, titling_model: Callable[..., Any],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    model = titling_model("Never used")
+    monkeypatch.setenv("HERMES_TITLE_GENERATION", "false")
+    runner = await make_runner()
+    await runner._handle_message(event("Plan a weekend in Lisbon"))
+    assert (await _session(runner, until="title"))["title"] == "Plan a weekend in Lisbon"
+    assert model.requests == []
 
 
 def test_titles_are_the_first_line_cut_at_a_word() -> None:

@@ -327,6 +327,24 @@ REVIEWED_SQL_FORMATS = {
     ("search.rs", "COALESCE(m.content LIKE {n} ESCAPE '\\\\' OR m.tool_name LIKE {n} ESCAPE "
                   "'\\\\' OR m.tool_calls LIKE {n} ESCAPE '\\\\', 0)"):
         "a parameter (Statement::bind's ?N; each term's pattern is bound)",
+    ("search.rs", "SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {table} MATCH ?1 LIMIT "
+                  "{FEW_MATCHES})"):
+        "a literal index table name; the integer constant FEW_MATCHES",
+    ("search.rs", "SELECT m.id {from}{sources}"):
+        "a literal FROM clause; the source filters of Statement (literal clauses and bound "
+        "parameters)",
+    ("search.rs", "SELECT m.id {from}{sources} AND m.active = 1 UNION ALL SELECT m.id "
+                  "{from}{sources} AND m.active IS NOT 1 AND m.compacted = 1"):
+        "a literal FROM clause; the source filters of Statement (literal clauses and bound "
+        "parameters)",
+    ("search.rs", "SELECT {table}.rowid, {table}.rank FROM {table} WHERE {table} MATCH ?1 AND "
+                  "{function}({table}.rowid)"):
+        "a literal index table name; the constant name of the admitted-ids function",
+    ("search.rs", "SELECT m.id, (SELECT snippet({table}, 0, '>>>', '<<<', '...', 40) FROM {table} "
+                  "WHERE {table} MATCH ?1 AND {table}.rowid = m.id) AS snippet, {HIT_COLUMNS}, "
+                  "p.key AS hit_rank FROM json_each(?2) p JOIN messages m ON m.id = p.value JOIN "
+                  "sessions s ON s.id = m.session_id"):
+        "a literal index table name; the constant HIT_COLUMNS (the query and the ids are bound)",
     ("search.rs", "(SELECT value FROM json_each({}))"):
         "a parameter (Statement::bind's ?N: the listed values as one bound JSON text)",
     ("search.rs", " AND {table}.rowid >= (SELECT MIN(id) FROM messages WHERE session_id = {id}) "

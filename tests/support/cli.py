@@ -16,10 +16,13 @@ from support.processes import child_env
 HERMES = [sys.executable, "-m", "hermes.cli"]
 
 
-def hermes(home: Path, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """``hermes ARGV`` with ``HERMES_HOME=home``, stdin closed (nobody can answer)."""
-    return subprocess.run([*HERMES, *argv], env=child_env(home), capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+def hermes(home: Path, *argv: str, timeout: float = 120,
+           **variables: str) -> subprocess.CompletedProcess[str]:
+    """``hermes ARGV`` with ``HERMES_HOME=home`` and the environment ``variables``, stdin
+    closed (nobody can answer)."""
+    return subprocess.run([*HERMES, *argv], env=child_env(home, **variables),
+                          capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
 
 
 def as_json(done: subprocess.CompletedProcess[str]) -> Any:

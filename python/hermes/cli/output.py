@@ -245,11 +245,13 @@ def progress(description: str, total: int | None = None) -> Iterator[ProgressDis
 
 
 @contextlib.contextmanager
-def private_file(path: Path) -> Iterator[IO[str]]:
-    """``path`` opened for writing text, created 0600 (what we write is as private as
-    state.db); a failure to open or write it is a ``CommandError`` naming it."""
+def private_file(path: Path, *, append: bool = False) -> Iterator[IO[str]]:
+    """``path`` opened for writing text (at its end with ``append``, else emptied), created
+    0600 (what we write is as private as state.db); a failure to open or write it is a
+    ``CommandError`` naming it."""
     try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT
+                             | (os.O_APPEND if append else os.O_TRUNC), 0o600)
         with open(descriptor, "w", encoding="utf-8") as handle:
             yield handle
     except BrokenPipeError:

@@ -64,7 +64,7 @@ def delete_session(args: argparse.Namespace) -> int:
         session_id = session["id"]
         confirm(f"Delete session {session_id} and its {plural(_messages(session), 'message')}?",
                 action=f"deleting session {session_id}", yes=args.yes)
-        deleted = db.delete_session(session_id, sessions_dir=_transcript_files())
+        deleted = db.delete_session(session_id, sessions_dir=transcript_files())
     if args.json:
         print_json({"deleted": [session_id] if deleted else []})
     else:
@@ -113,7 +113,7 @@ def _change_matching(args: argparse.Namespace, filters: dict[str, Any], *, verb:
                 action=f"{verb[:-1]}ing {plural(len(candidates), 'session')}", yes=args.yes)
         with progress(f"{verb[:-1]}ing {plural(len(candidates), 'session')}"):
             if verb == "delete":
-                changed = db.prune_sessions(sessions_dir=_transcript_files(), **filters)
+                changed = db.prune_sessions(sessions_dir=transcript_files(), **filters)
             else:
                 changed = db.archive_sessions(**filters)
     note = "" if verb == "delete" else "; they are hidden from listings, not deleted"
@@ -137,7 +137,7 @@ def _preview(candidates: list[dict[str, Any]], title: str, *, limit: int | None,
     session_filters.print_matches(candidates, title, limit=limit)
 
 
-def _transcript_files() -> Path:
+def transcript_files() -> Path:
     """Where hermes-agent keeps a session's transcript files, removed with the session as its
     own CLI does (our recovery spools there are named otherwise and stay)."""
     return hermes_home() / "sessions"

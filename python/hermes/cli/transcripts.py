@@ -6,12 +6,16 @@ An export format is a :class:`Format`: what its document begins with, the pieces
 session, what it ends with. A session's pieces are one a message (one line per session for
 the session-a-line JSONL), so a progress display can count them; a format that needs
 hermes-agent's export rows (every column, for a backup that ``import_sessions`` reads back)
-says so with ``wants_rows``.
+says so with ``wants_rows``. A Markdown document holds one session and ends with its own
+check (hermes-agent's "Export verification" lines and the document's SHA-256), which
+``hermes.cli.export_verification`` reads back.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -165,38 +169,71 @@ def _inline(text: str) -> str:
 
 
 class Markdown(Format):
-    """A readable document: each session's heading, then its messages (tool output and tool
-    calls fenced, session_meta rows as comments). Sessions follow one another, separated by
-    a rule. ``front_matter`` makes it Quarto Markdown (``.qmd``): a YAML header first."""
+    """A readable document of one session that carries its own check: the session's heading,
+    its messages (tool output and tool calls fenced, session_meta rows as comments), then an
+    "Export verification" section in hermes-agent's lines (the session id, the messages
+    exported, the store's count, when, and the SHA-256 of the document as written with
+    ``pending`` in place of that checksum), so hermes-agent's ``verify_export_file`` accepts
+    it too. ``front_matter`` makes it Quarto Markdown (``.qmd``): a YAML header first.
 
-    def __init__(self, *, front_matter: bool = False) -> None:
+    Each document is hashed as its pieces are yielded: a caller writes every piece of
+    ``begin``, ``session`` and ``end``, in order, for one session.
+    """
+
+    def __init__(self, *, front_matter: bool = False, exported_at: float) -> None:
         self._front_matter = front_matter
+        self.exported_at = exported_at
+        self._digest = hashlib.sha256()
+        self._session: dict[str, Any] = {}
+        self._messages = 0
 
     def begin(self, sessions: Sequence[dict[str, Any]]) -> str:
+        self._digest = hashlib.sha256()
         if not self._front_matter:
             return ""
-        if len(sessions) == 1:
-            session = sessions[0]
-            title = session.get("title") or f"Session {session['id']}"
-            date = iso_time(session.get("started_at"))
-        else:
-            title, date = "hermes sessions", iso_time(datetime.now().timestamp())
-        fields = {"title": _inline(title), "date": date}
-        if len(sessions) == 1:
-            fields["session-id"] = sessions[0]["id"]
+        (session,) = sessions
+        fields = {"title": _inline(session.get("title") or f"Session {session['id']}"),
+                  "date": iso_time(session.get("started_at")), "session-id": session["id"]}
         # JSON strings are YAML strings: any title, quotes and colons included, stays one.
-        return "---\n" + "".join(f"{key}: {json.dumps(value, ensure_ascii=False)}\n"
-                                 for key, value in fields.items() if value) + "---\n\n"
+        return self._hashed("---\n" + "".join(
+            f"{key}: {json.dumps(value, ensure_ascii=False)}\n"
+            for key, value in fields.items() if value) + "---\n\n")
 
     def session(self, transcript: Transcript, index: int) -> Iterator[str]:
-        session = transcript.session
-        header = ("\n---\n\n" if index else "") + f"# Session {session['id']}\n\n" + "".join(
+        session = self._session = transcript.session
+        self._messages = len(transcript.messages)
+        header = f"# Session {session['id']}\n\n" + "".join(
             f"- **{key}**: {_inline(value)}\n" for key, value in heading(session)
             if key not in ("session_key", "message_count"))
         if not transcript.messages:
-            yield header
+            yield self._hashed(header)
         for number, message in enumerate(transcript.messages):
-            yield (header if number == 0 else "") + _markdown_message(message)
+            yield self._hashed((header if number == 0 else "") + _markdown_message(message))
+
+    def end(self) -> str:
+        stored = self._session.get("message_count")
+        head = ("\n## Export verification\n\n"
+                f"- Session id: `{self._session.get('id')}`\n"
+                f"- Exported messages: `{self._messages}`\n"
+                "- Source DB message count at export: "
+                f"`{stored if isinstance(stored, int) else self._messages}`\n"
+                f"- Exported at: `{iso_time(self.exported_at)}`\n")
+        self._hashed(head + checksum_line(PENDING))
+        return head + checksum_line(self._digest.hexdigest())
+
+    def _hashed(self, piece: str) -> str:
+        self._digest.update(piece.encode("utf-8"))
+        return piece
+
+
+#: What stands for the checksum while it is computed (hermes-agent's word).
+PENDING = "pending"
+#: The checksum's line, hermes-agent's: what a reader of its exports looks for.
+CHECKSUM_LINE = re.compile(r"^- SHA256 of exported body: `([0-9a-f]{64})`$", re.MULTILINE)
+
+
+def checksum_line(value: str) -> str:
+    return f"- SHA256 of exported body: `{value}`\n"
 
 
 def _markdown_message(message: dict[str, Any]) -> str:

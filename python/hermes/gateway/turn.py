@@ -163,7 +163,8 @@ async def handle_with_agent(runner: TurnHost, event: MessageEvent, source: Sessi
     if reply and not result.get("failed") and auto_title.is_first_exchange(opened.history):
         # Off the reply's path: the title is bookkeeping.
         runner._spawn(runner.async_session_store.call(
-            lambda s: auto_title.set_auto_title(s.state_db, entry.session_id, event.text)))
+            lambda s: auto_title.title_first_exchange(s.state_db, entry.session_id, event.text,
+                                                      str(reply), ask_model=client is None)))
     await runner.hooks.emit("agent:end", {**context, "response": reply,
                                           "seconds": time.monotonic() - started})
     return str(reply) if reply is not None else None

@@ -56,6 +56,7 @@ pub fn configure(conn: &Connection, level: Durability) -> rusqlite::Result<()> {
     // expires the cached statement, re-preparing it on every use (most of
     // a short read's time).
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+    super::admitted::declare(conn)?;
     Ok(())
 }
 

@@ -5,12 +5,14 @@
 //! One file a job: `open` (file guards, first connection, schema),
 //! `connection` (pragmas, the writer), `commit` (a batch in one transaction)
 //! and `busy` (retry), `write` and `read` (the SQL of each operation, built
-//! by `sql`), `search`, `search_index` / `upkeep` / `checkpoint` (deferred
+//! by `sql`), `search` (and `admitted`, the ids a source filter admits),
+//! `search_index` / `upkeep` / `checkpoint` (deferred
 //! indexing, on `store/indexer.rs`'s thread, and checkpoints), `tokenizer`
 //! (FTS5's tokenizers called directly), `tables` (rows copied out through
 //! the C API), `error` (SQLite failures classified); `mend` (a damaged
 //! schema found and mended on the file, before any store opens it).
 
+mod admitted;
 mod busy;
 mod checkpoint;
 mod commit;

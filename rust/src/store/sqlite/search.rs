@@ -4,8 +4,9 @@
 use std::time::Instant;
 
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{params_from_iter, Connection};
+use rusqlite::{params, params_from_iter, Connection};
 
+use super::admitted::{self, IdSet};
 use super::busy::with_busy_retry;
 use super::error::{classify, note_short_read};
 use super::search_index::{CATCH_UP_CHUNK_ROWS, INDEXED_TEXT};
@@ -69,18 +70,8 @@ impl Statement {
         if !search.include_inactive {
             sql.push_str(" AND (m.active = 1 OR m.compacted = 1)");
         }
-        if let Some(sources) = &search.sources {
-            let list = self.list(sources);
-            sql.push_str(&format!(" AND s.source IN {list}"));
-        }
-        if let Some(excluded) = &search.exclude_sources {
-            let list = self.list(excluded);
-            sql.push_str(&format!(" AND s.source NOT IN {list}"));
-        }
-        if let Some(roles) = search.roles.as_ref().filter(|r| !r.is_empty()) {
-            let list = self.list(roles);
-            sql.push_str(&format!(" AND m.role IN {list}"));
-        }
+        sql.push_str(&self.source_filters(search));
+        sql.push_str(&self.role_filter(search));
         if let Some(session) = &search.session_id {
             let id = self.bind(SqlValue::Text(session.clone()));
             sql.push_str(&format!(" AND m.session_id = {id}"));
@@ -94,6 +85,30 @@ impl Statement {
             }
         }
         sql
+    }
+
+    /// The source filters of `search`, on `s` (sessions), each a term that
+    /// starts with ` AND ` (empty without one).
+    fn source_filters(&mut self, search: &Search) -> String {
+        let mut sql = String::new();
+        if let Some(sources) = &search.sources {
+            let list = self.list(sources);
+            sql.push_str(&format!(" AND s.source IN {list}"));
+        }
+        if let Some(excluded) = &search.exclude_sources {
+            let list = self.list(excluded);
+            sql.push_str(&format!(" AND s.source NOT IN {list}"));
+        }
+        sql
+    }
+
+    /// The role filter of `search`, on `m` (messages), as a term that starts
+    /// with ` AND ` (empty without one).
+    fn role_filter(&mut self, search: &Search) -> String {
+        match search.roles.as_ref().filter(|r| !r.is_empty()) {
+            Some(roles) => format!(" AND m.role IN {}", self.list(roles)),
+            None => String::new(),
+        }
     }
 
     /// `LIMIT ?a OFFSET ?b` of the search's page.
@@ -164,6 +179,129 @@ fn index_search(table: &str, fts5: String, search: &Search) -> (String, Vec<SqlV
     (with_context(&inner, outer_order), st.params)
 }
 
+/// Matches counted before choosing how to rank (a bound: the count stops
+/// there). Fewer are ranked at once by [`index_search`]; more, under a source
+/// filter, by [`admitted_page`].
+const FEW_MATCHES: i64 = 1000;
+
+/// Whether `search` is one [`admitted_page`] answers: best match first,
+/// with a source filter (a session filter already bounds the index read).
+fn by_admitted_ids(search: &Search) -> bool {
+    search.order == SearchOrder::Rank
+        && search.session_id.is_none()
+        && (search.sources.is_some() || search.exclude_sources.is_some())
+}
+
+/// Whether the FTS5 query `fts5` has at least [`FEW_MATCHES`] matches in
+/// `table` (counted no further).
+fn many_matches(conn: &Connection, table: &str, fts5: &str) -> rusqlite::Result<bool> {
+    let sql = format!(
+        "SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {table} MATCH ?1 LIMIT {FEW_MATCHES})"
+    );
+    let found: i64 = conn.prepare_cached(&sql)?.query_row([fts5], |r| r.get(0))?;
+    Ok(found >= FEW_MATCHES)
+}
+
+/// The ids of the messages the source filters of `search` admit, live (and
+/// compaction-archived) ones unless it includes inactive rows, with its
+/// parameters: read from the index of messages by session and `active`,
+/// so only an inactive row's own `compacted` is read.
+fn admitted_ids(search: &Search) -> (String, Vec<SqlValue>) {
+    let mut st = Statement { params: Vec::new() };
+    let sources = st.source_filters(search);
+    let from = "FROM sessions s JOIN messages m ON m.session_id = s.id WHERE 1";
+    let sql = if search.include_inactive {
+        format!("SELECT m.id {from}{sources}")
+    } else {
+        format!(
+            "SELECT m.id {from}{sources} AND m.active = 1
+             UNION ALL
+             SELECT m.id {from}{sources} AND m.active IS NOT 1 AND m.compacted = 1"
+        )
+    };
+    (sql, st.params)
+}
+
+/// The ids of a page of hits, best match first (equal ranks in id order),
+/// ranking only the matches in the admitted set (`admitted.rs`, set by the
+/// caller). With a role filter, every admitted match is ranked and then
+/// their roles are read in rank order, a chunk at a time, until the page is
+/// full: reading the role of each admitted match before ranking would cost
+/// a message row read each (most of the time for a common word).
+fn admitted_page(
+    conn: &Connection,
+    table: &str,
+    fts5: &str,
+    search: &Search,
+) -> rusqlite::Result<Vec<i64>> {
+    let admitted = format!(
+        "SELECT {table}.rowid, {table}.rank FROM {table}
+         WHERE {table} MATCH ?1 AND {function}({table}.rowid)",
+        function = admitted::FUNCTION,
+    );
+    let (offset, limit) = (search.offset.max(0), search.limit.max(0));
+    let Some(roles) = search.roles.as_ref().filter(|r| !r.is_empty()) else {
+        // `+rank`: an expression, so FTS5 does not take over the order (it
+        // would rank every match, before the filter).
+        let page = format!("{admitted} ORDER BY +{table}.rank, {table}.rowid LIMIT ?2 OFFSET ?3");
+        return conn
+            .prepare_cached(&page)?
+            .query_map(params![fts5, limit, offset], |r| r.get(0))?
+            .collect();
+    };
+    let mut ranked: Vec<(f64, i64)> = conn
+        .prepare_cached(&admitted)?
+        .query_map([fts5], |r| Ok((r.get(1)?, r.get(0)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    ranked.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    // The roles are read a chunk of ranked ids at a time (one statement
+    // for many rows), a chunk being a few pages' worth of the roles kept.
+    let mut roles_of = conn.prepare_cached(
+        "SELECT id, role FROM messages WHERE id IN (SELECT value FROM json_each(?1))",
+    )?;
+    let wanted = usize::try_from(offset.saturating_add(limit)).unwrap_or(usize::MAX);
+    let chunk = wanted.saturating_mul(4).clamp(256, 4096);
+    let mut kept = Vec::new();
+    for ids in ranked.chunks(chunk) {
+        let ids: Vec<i64> = ids.iter().map(|(_, id)| *id).collect();
+        let listed = serde_json::to_string(&ids).unwrap_or_default();
+        let kept_ids: std::collections::HashSet<i64> = roles_of
+            .query_map([listed], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+            })?
+            .filter_map(|row| match row {
+                Ok((id, role)) if roles.contains(&role) => Some(Ok(id)),
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            })
+            .collect::<rusqlite::Result<_>>()?;
+        kept.extend(ids.into_iter().filter(|id| kept_ids.contains(id)));
+        if kept.len() >= wanted {
+            break;
+        }
+    }
+    Ok(kept
+        .into_iter()
+        .skip(offset as usize)
+        .take(limit as usize)
+        .collect())
+}
+
+/// The hits of the messages `ids` (`?2`, a JSON array), in its order, with
+/// the snippet of `?1` in `table` and the columns of a hit.
+fn hits_of_ids(table: &str) -> String {
+    let inner = format!(
+        "SELECT m.id,
+                (SELECT snippet({table}, 0, '>>>', '<<<', '...', 40) FROM {table}
+                 WHERE {table} MATCH ?1 AND {table}.rowid = m.id) AS snippet,
+                {HIT_COLUMNS}, p.key AS hit_rank
+         FROM json_each(?2) p
+         JOIN messages m ON m.id = p.value
+         JOIN sessions s ON s.id = m.session_id"
+    );
+    with_context(&inner, "h.hit_rank, h.id")
+}
+
 /// A page of hits from a substring scan for `terms` (newest first), with
 /// the indexed text around the first term as the snippet (a tool call's
 /// row has no content).
@@ -223,16 +361,16 @@ impl SqliteBackend {
     pub(super) fn search_messages(&self, search: &Search) -> Result<Table> {
         let terms = Terms::parse(&search.query);
         let trigrams = self.read(|c| schema::has_table(c, "messages_fts_trigram"))?;
-        let (sql, params) = match terms.route(trigrams) {
+        let index = match terms.route(trigrams) {
             Route::Words => {
                 let words = terms.words();
                 if words.is_empty() {
                     return Ok(Table::new(Vec::<String>::new().into()));
                 }
-                index_search("messages_fts", words.fts5(), search)
+                Some(("messages_fts", words.fts5()))
             }
-            Route::Trigrams => index_search("messages_fts_trigram", terms.fts5(), search),
-            Route::Substrings => substring_search(&terms, search),
+            Route::Trigrams => Some(("messages_fts_trigram", terms.fts5())),
+            Route::Substrings => None,
         };
         // Every row committed before the search is found: pending ranges
         // are indexed first. If that fails (locked past the budget, disk
@@ -241,7 +379,27 @@ impl SqliteBackend {
         if let Ok(Some(up_to)) = self.read(pending_up_to) {
             let _ = self.index_pending_up_to(up_to);
         }
-        let out = self.read_raw(|c| tables::all(c, &sql, params_from_iter(&params)));
+        let out = self.read_raw(|c| match index {
+            None => {
+                let (sql, params) = substring_search(&terms, search);
+                tables::all(c, &sql, params_from_iter(&params))
+            }
+            Some((table, fts5)) if by_admitted_ids(search) && many_matches(c, table, &fts5)? => {
+                // One snapshot for the admitted ids and the matches.
+                let tx = c.unchecked_transaction()?;
+                let (ids_sql, ids_params) = admitted_ids(search);
+                let set = IdSet::read(c, &ids_sql, params_from_iter(&ids_params))?;
+                let ids = admitted::with_set(set, || admitted_page(c, table, &fts5, search))?;
+                let ids = serde_json::to_string(&ids).unwrap_or_default();
+                let out = tables::all(c, &hits_of_ids(table), params![fts5, ids]);
+                tx.finish()?;
+                out
+            }
+            Some((table, fts5)) => {
+                let (sql, params) = index_search(table, fts5, search);
+                tables::all(c, &sql, params_from_iter(&params))
+            }
+        });
         // The query is always well formed (`Terms::fts5`); a failure with
         // SQLite's generic code that is not a damaged schema ("no such
         // table") is still reported as the query's, not as storage.
@@ -283,8 +441,9 @@ impl SqliteBackend {
 #[cfg(test)]
 mod tests {
     use super::super::test_support::*;
-    use super::super::SqliteBackend;
-    use crate::model::NewMessage;
+    use super::super::{tables, SqliteBackend};
+    use super::*;
+    use crate::model::{NewMessage, ValueRef};
     use crate::store::{Backend, Options, WriteOp, WriteOut};
     use rusqlite::Connection;
     use std::time::Duration;
@@ -329,6 +488,89 @@ mod tests {
         assert_eq!(search_ids(&db, "alpaca").len(), 1);
         other.execute_batch("ROLLBACK").unwrap();
         assert_eq!(search_ids(&db, "alpaca").len(), 2);
+    }
+
+    /// The ids of a search's hits, in order.
+    fn hit_ids(table: Table) -> Vec<i64> {
+        table
+            .rows()
+            .map(|r| match r.get(0) {
+                ValueRef::Integer(id) => id,
+                other => panic!("id {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_filtered_search_of_many_matches_finds_what_the_plain_query_finds() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        // Two sources, three roles in turn, content whose length varies (so
+        // ranks differ) and more matches than are counted before choosing.
+        for (n, source) in ["cli", "telegram", "discord", "cli"].iter().enumerate() {
+            let id = format!("s{n}");
+            create_at(&db, &id, source, n as f64);
+            let rows = (0..400)
+                .map(|i| {
+                    let role = ["user", "assistant", "tool"][i % 3];
+                    let filler = "pad ".repeat(i % 7);
+                    NewMessage::text(role, &format!("common {filler}word {i}"), i as f64)
+                })
+                .collect();
+            db.write(WriteOp::Append {
+                session_id: id,
+                rows,
+                once_key: None,
+            })
+            .unwrap();
+        }
+        index_now(&db);
+        // Some rows rewound, some archived by a compaction.
+        let file = Connection::open(dir.path().join("state.db")).unwrap();
+        file.execute_batch(
+            "UPDATE messages SET active = 0 WHERE id % 11 = 0;
+             UPDATE messages SET active = 0, compacted = 1 WHERE id % 13 = 0;",
+        )
+        .unwrap();
+        assert!(rows_of(&db, "SELECT COUNT(*) FROM messages") > FEW_MATCHES);
+        let some = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let cases = [
+            (some(&["telegram"]), None, None, 0, false),
+            (some(&["cli"]), None, some(&["user"]), 0, false),
+            (
+                some(&["cli", "discord"]),
+                None,
+                some(&["tool", "assistant"]),
+                7,
+                false,
+            ),
+            (None, some(&["cli"]), some(&["assistant"]), 0, true),
+            (some(&["telegram"]), some(&["telegram"]), None, 0, false),
+            (some(&["nowhere"]), None, None, 0, false),
+        ];
+        for (sources, exclude_sources, roles, offset, include_inactive) in cases {
+            let search = Search {
+                query: "common".into(),
+                sources,
+                exclude_sources,
+                roles,
+                include_inactive,
+                limit: 25,
+                offset,
+                ..Search::default()
+            };
+            assert!(by_admitted_ids(&search));
+            let (sql, params) = index_search(
+                "messages_fts",
+                Terms::parse("common").words().fts5(),
+                &search,
+            );
+            let plain = db
+                .read(|c| tables::all(c, &sql, params_from_iter(&params)))
+                .unwrap();
+            let found = db.search(&search).unwrap();
+            assert_eq!(hit_ids(found), hit_ids(plain), "{search:?}");
+        }
     }
 
     #[test]
