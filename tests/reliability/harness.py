@@ -3,6 +3,10 @@ and the figures file.
 
 Gateway processes are ``support.gateway_process.GatewayProcess`` (the loopback platform) with
 the agent replaced by ``reliability.rounds_agent`` (the real ``AIAgent``, scripted model).
+
+On the PostgreSQL leg (``HERMES_TEST_STORE=postgresql``, ``support/postgres.py``) a file path
+stands for its store on the test server: the looks at the store are psql's on that store, and
+the processes a trial starts (gateways, the CLI, workers) are given its URL.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 import aiohttp
 from hermes.gateway.session import SessionEntry
 from hermes.state import SessionDB
+from support import postgres
 from support.gateway_process import GatewayProcess
 from support.processes import child_env
 
@@ -114,11 +119,19 @@ def raw_queries(path: Path, queries: dict[str, str]) -> dict[str, list[list[Any]
     return result
 
 
+def store_of(path: Path) -> str:
+    """What a trial's store at ``path`` is called in messages: the file, or on the
+    PostgreSQL leg the URL of the store that stands for it."""
+    return postgres.store_url(path) if postgres.ENABLED else str(path)
+
+
 def consistency_problems(path: Path, *, after_crash: bool = False) -> list[str]:
     """SQLite's integrity check, the counter invariant for every session, and the word index
     holding exactly one entry per message row. Rows a writer committed but had not indexed
     yet when it was killed (``after_crash``) may instead sit in a pending range, which the
     next opener indexes; after a clean close nothing is pending."""
+    if postgres.ENABLED:
+        return server_consistency_problems(postgres.store_url(path))
     found = raw_queries(path, {
         "integrity": "PRAGMA integrity_check",
         "counts": "SELECT s.id, s.message_count, (SELECT COUNT(*) FROM messages m "
@@ -146,19 +159,68 @@ def consistency_problems(path: Path, *, after_crash: bool = False) -> list[str]:
     return problems
 
 
+def server_consistency_problems(url: str) -> list[str]:
+    """:func:`consistency_problems` of a PostgreSQL store, read by psql: the counter invariant
+    and the search side table holding one row per message that is not pending. The server
+    has no integrity check to run; a store closed with rows pending leaves them to the next
+    indexer or search by design (README), so pending rows are no problem there."""
+    problems = [f"session {sid}: message_count {count} != {active} active rows"
+                for sid, count, active in postgres.rows(
+                    "SELECT s.id, s.message_count, (SELECT COUNT(*) FROM messages m "
+                    "WHERE m.session_id = s.id AND m.active = 1) FROM sessions s", url=url)
+                if count != active]
+    [[unindexed]] = postgres.rows(
+        "SELECT COUNT(*) FROM messages m WHERE NOT EXISTS (SELECT 1 FROM hermes_search h "
+        "WHERE h.message_id = m.id) AND NOT EXISTS (SELECT 1 FROM hermes_search_pending p "
+        "WHERE m.id BETWEEN p.first_id AND p.last_id)", url=url)
+    [[orphans]] = postgres.rows(
+        "SELECT COUNT(*) FROM hermes_search h WHERE NOT EXISTS "
+        "(SELECT 1 FROM messages m WHERE m.id = h.message_id)", url=url)
+    if unindexed != "0":
+        problems.append(f"{unindexed} message rows neither in hermes_search nor pending")
+    if orphans != "0":
+        problems.append(f"{orphans} hermes_search rows without a message row")
+    return problems
+
+
+def pending_indexing(path: Path) -> int:
+    """How many pending ranges the store at ``path`` has."""
+    if postgres.ENABLED:
+        [[count]] = postgres.rows("SELECT COUNT(*) FROM hermes_search_pending",
+                                  url=postgres.store_url(path))
+        return int(count)
+    [[count]] = raw_queries(path, {"pending": "SELECT COUNT(*) FROM hermes_fts_pending"})["pending"]
+    return int(count)
+
+
 def wait_until_indexed(path: Path, timeout: float = 10.0) -> None:
     """Returns once nothing in ``path`` is pending indexing: a writer's indexer fills the
     search index a few milliseconds after each commit, off the caller's path."""
     deadline = time.monotonic() + timeout
-    while raw_queries(path, {"pending": "SELECT COUNT(*) FROM hermes_fts_pending"})["pending"] != [[0]]:
+    while pending_indexing(path):
         assert time.monotonic() < deadline, f"{path}: still pending indexing after {timeout} s"
         time.sleep(0.01)
 
 
+def store_environment(home: Path, args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """On the PostgreSQL leg, the command line and environment that give a ``hermes``
+    process the store standing for the file it names: ``--db PATH`` becomes
+    ``--database-url URL``, and without one ``$HERMES_HOME/state.db``'s store comes through
+    ``HERMES_DATABASE_URL``. Elsewhere both as they are."""
+    if not postgres.ENABLED:
+        return args, {}
+    if "--db" not in args:
+        return args, {"HERMES_DATABASE_URL": postgres.store_url(home / "state.db")}
+    at = args.index("--db")
+    return [*args[:at], "--database-url", postgres.store_url(args[at + 1]), *args[at + 2:]], {}
+
+
 def hermes_cli(home: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """``hermes ARGS`` as a user runs it (its own process), with ``HERMES_HOME=home``."""
-    return subprocess.run([sys.executable, "-m", "hermes.cli", *args],
-                          env=child_env(home, COLUMNS="300"),
+    """``hermes ARGS`` as a user runs it (its own process), with ``HERMES_HOME=home`` (and
+    on the PostgreSQL leg the store standing for its file: :func:`store_environment`)."""
+    argv, store = store_environment(home, list(args))
+    return subprocess.run([sys.executable, "-m", "hermes.cli", *argv],
+                          env=child_env(home, COLUMNS="300", **store),
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -178,8 +240,9 @@ class ApiGateway:
         self.home = home
         self.port = free_port()
         self.log_path = home / "gateway.log"
-        self.args = ["-v", "gateway", "run", "--port", str(self.port), *args]
-        self.env = child_env(home, **variables)
+        argv, store = store_environment(home, list(args))
+        self.args = ["-v", "gateway", "run", "--port", str(self.port), *argv]
+        self.env = child_env(home, **store, **variables)
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> ApiGateway:

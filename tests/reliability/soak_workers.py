@@ -1,5 +1,7 @@
 """The other processes of the contention soak, each run as ``python -m reliability.soak_workers``.
 
+``DB`` is the store's file, or its URL on the PostgreSQL leg.
+
 ``cron DB SECONDS OUT``
     a cron-like writer: appends to its own session and, every fourth time, to one of the
     gateway's conversations (found through ``gateway_routing``), with ``SessionDB`` as any
@@ -27,7 +29,7 @@ from typing import Any
 from hermes.state import SessionDB
 
 
-def cron(db_path: Path, seconds: float) -> dict[str, Any]:
+def cron(db_path: str, seconds: float) -> dict[str, Any]:
     db = SessionDB(db_path)
     db.create_session("cron-job", "cron")
     latencies: list[float] = []
@@ -65,7 +67,7 @@ def cron(db_path: Path, seconds: float) -> dict[str, Any]:
     return {"latencies_ms": latencies, "appended": appended, "errors": errors}
 
 
-def reader(db_path: Path, seconds: float) -> dict[str, Any]:
+def reader(db_path: str, seconds: float) -> dict[str, Any]:
     db = SessionDB(db_path)
     reads = 0
     violations: list[str] = []
@@ -92,7 +94,7 @@ def reader(db_path: Path, seconds: float) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     role, db_path, seconds, out = argv
-    result = {"cron": cron, "reader": reader}[role](Path(db_path), float(seconds))
+    result = {"cron": cron, "reader": reader}[role](db_path, float(seconds))
     Path(out).write_text(json.dumps(result))
     return 0
 

@@ -9,9 +9,10 @@ agent built with ``object.__new__`` (SPEC §4), on a real state.db, with random:
 * new turns (history reloaded from the database as fresh dicts, as the gateway does);
 * session switches (new or earlier sessions);
 * the one-shot identity seed;
-* real failures: another process holds ``BEGIN IMMEDIATE`` on the file while the store has a
-  20 ms busy budget, so the flush fails exactly as under lock contention; after
-  ``SPOOL_AFTER_FAILURES`` failures (or while a spool exists) the agent spools;
+* real failures: another process holds ``BEGIN IMMEDIATE`` on the file (on PostgreSQL, another
+  connection holds the store's tables locked) while the store has a 20 ms busy budget, so the
+  flush fails exactly as under lock contention; after ``SPOOL_AFTER_FAILURES`` failures (or
+  while a spool exists) the agent spools;
 * re-flushes.
 
 The model: a dict is written once per session the agent writes it to (SPEC §4: "flushed earlier
@@ -45,6 +46,7 @@ from hermes.state import SessionDB
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from support import postgres
 from support.agents import agent_shell
 
 from .harness import setting
@@ -66,9 +68,26 @@ for line in sys.stdin:
 
 
 class Locker:
-    """Another process that takes and drops the write lock of a file on request."""
+    """Another process that takes and drops the write lock of a file on request (on the
+    PostgreSQL leg, a connection locking the tables of the store standing for it)."""
 
     _process: subprocess.Popen[str] | None = None
+    _on_the_server: postgres.TablesLocked | None = None
+
+    @classmethod
+    def lock(cls, path: Path) -> None:
+        if postgres.ENABLED:
+            cls._on_the_server = postgres.TablesLocked(postgres.store_url(path))
+        else:
+            cls.send(f"lock {path}")
+
+    @classmethod
+    def unlock(cls) -> None:
+        if cls._on_the_server is not None:
+            cls._on_the_server.release()
+            cls._on_the_server = None
+        else:
+            cls.send("unlock")
 
     @classmethod
     def send(cls, command: str) -> None:
@@ -118,7 +137,7 @@ class FlushMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         if self.locked:
-            Locker.send("unlock")
+            Locker.unlock()
         self.db.close()
         if self.old_home is None:
             os.environ.pop("HERMES_HOME", None)
@@ -200,13 +219,13 @@ class FlushMachine(RuleBasedStateMachine):
     @precondition(lambda self: not self.locked)
     @rule()
     def lock(self) -> None:
-        Locker.send(f"lock {self.path}")
+        Locker.lock(self.path)
         self.locked = True
 
     @precondition(lambda self: self.locked)
     @rule()
     def unlock(self) -> None:
-        Locker.send("unlock")
+        Locker.unlock()
         self.locked = False
 
     # -- the flush ----------------------------------------------------------------------
@@ -304,3 +323,36 @@ def test_a_removed_message_put_back_is_not_written_twice(tmp_path: Path,
         live.append(once)  # ... and puts the same dict back
         assert agent._flush_messages_to_session_db(live) is True
         assert [m["content"] for m in db.get_messages("s0")] == ["once"]
+
+
+def test_a_seed_met_by_a_spooling_flush_with_nothing_new_is_used_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(Found by the machine on PostgreSQL; the agent's, not the backend's: a spooling flush
+    that had nothing new left the seed standing, so a later seed replaced it unhonoured and
+    the dict it named was spooled and written.)"""
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "home"))
+    path = tmp_path / "state.db"
+    with SessionDB(path, busy_budget=0.02) as db:
+        agent = agent_shell(db, "s0", "fuzz")
+        first = {"role": "user", "content": "first"}
+        summary = {"role": "system", "content": "summary"}
+
+        def seed(*known: dict[str, Any]) -> None:
+            agent._flushed_db_message_ids = {id(m) for m in known}
+            agent._flushed_db_message_session_id = "s0"
+            agent._last_flushed_db_idx = 2
+
+        assert agent._flush_messages_to_session_db([]) is True  # the session row
+        Locker.lock(path)
+        try:
+            for _ in range(SPOOL_AFTER_FAILURES):  # the last one spools "first"
+                assert agent._flush_messages_to_session_db([first]) is False
+            live = [summary, first]
+            seed(summary)  # a caller vouches for the summary
+            assert agent._flush_messages_to_session_db(live) is False  # spools nothing new
+            seed(first)
+            assert agent._flush_messages_to_session_db(live) is False
+        finally:
+            Locker.unlock()
+        assert agent._flush_messages_to_session_db(live) is True
+        assert [m["content"] for m in db.get_messages("s0")] == ["first"]

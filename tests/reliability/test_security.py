@@ -37,6 +37,7 @@ from hermes.recovery import import_spool, recover_all, spool, spool_path
 from hermes.state import SessionDB
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import postgres
 
 from .fake_model import FakeModel
 from .harness import REPO, ApiGateway, entry_for, hermes_cli, launch, post
@@ -260,9 +261,10 @@ def test_a_long_session_id_can_be_spooled(tmp_path: Path, session_id: str) -> No
 #: cannot carry input. A new one fails test_sql_is_built_only_from_reviewed_identifiers until
 #: it is reviewed and listed here.
 REVIEWED_SQL_FORMATS = {
-    ("commit.rs", "BEGIN; SET LOCAL synchronous_commit TO {sync}; SELECT {TAKE}, "
-                  "pg_current_xact_id()::text"):
-        "string literals 'on' or 'off' (the durability); the constant TAKE (PostgreSQL)",
+    ("commit.rs", "BEGIN; SET LOCAL synchronous_commit TO {sync}; SET LOCAL lock_timeout TO "
+                  "{lock_ms}; SELECT {TAKE}, pg_current_xact_id()::text"):
+        "string literals 'on' or 'off' (the durability); a number of milliseconds (an "
+        "integer); the constant TAKE (PostgreSQL)",
     ("commit.rs", "SELECT 1 FROM sessions WHERE id = ANY($1) ORDER BY id FOR UPDATE{wait}"):
         "string literals '' or ' NOWAIT' (PostgreSQL; the ids are a bound parameter)",
     ("read.rs", "SELECT {columns} FROM messages WHERE session_id = $1{active} ORDER BY id"):
@@ -479,7 +481,12 @@ def test_column_names_from_the_file_cannot_inject_sql(tmp_path: Path) -> None:
         db.create_session("mine", "cli")
         db.create_session("victim", "cli")
     trap = "end_reason = 'pwned' WHERE 1 OR ?1 OR ?2 --"
-    subprocess.run([os.sys.executable, "-c", _ADD_COLUMN, str(db_path), trap], check=True)
+    if postgres.ENABLED:  # the same column added on the server, by psql
+        quoted = trap.replace('"', '""')
+        postgres.psql(f'ALTER TABLE sessions ADD COLUMN "{quoted}" text',
+                      url=postgres.store_url(db_path))
+    else:
+        subprocess.run([os.sys.executable, "-c", _ADD_COLUMN, str(db_path), trap], check=True)
     with SessionDB(db_path) as db:
         try:
             db.update_session("mine", **{trap: "value"})
@@ -510,6 +517,9 @@ def test_api_keys_never_reach_the_database_logs_or_exports(tmp_path: Path) -> No
                 found += [f"{path}: {s.decode()[:12]}..." for s in secrets if s in data]
         found += [f"command output: {s.decode()[:12]}..." for out in outputs for s in secrets
                   if s in out]
+        if postgres.ENABLED:  # the store is the server's, not a file in the home
+            stored = postgres.store_text(postgres.store_url(home / "state.db")).encode()
+            found += [f"the store: {s.decode()[:12]}..." for s in secrets if s in stored]
         return found
 
     with FakeModel(fail_every=4) as model, ApiGateway(

@@ -43,6 +43,7 @@ from .harness import (
     percentile,
     post,
     setting,
+    store_of,
     write_figures,
 )
 from .rounds_agent import marker, parse_command
@@ -55,7 +56,7 @@ CHATS = ("g0", "g1", "g2")
 
 def worker(role: str, db: Path, seconds: float, out: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([PACKAGE_ROOT, TESTS_DIR])}
-    return subprocess.Popen([sys.executable, "-m", "reliability.soak_workers", role, str(db),
+    return subprocess.Popen([sys.executable, "-m", "reliability.soak_workers", role, store_of(db),
                              str(seconds), str(out)], env=env)
 
 

@@ -36,7 +36,15 @@ from hermes.errors import StateDbError
 from hermes.state import SessionDB
 
 from .faults import fill, immutable
-from .harness import consistency_problems, entry_for, hermes_cli, launch, post, wait_until_indexed
+from .harness import (
+    consistency_problems,
+    entry_for,
+    hermes_cli,
+    launch,
+    post,
+    store_of,
+    wait_until_indexed,
+)
 from .rounds_agent import marker
 
 A = ["user a", "call a r0", "result a r0", "done a"]
@@ -93,8 +101,8 @@ async def faulted_turns(home: Path, db_path: Path, inject: Callable[[], None]) -
 def assert_kept(home: Path, log: str, db_path: Path, cause: str) -> str:
     """The log names the file and the cause; the spool holds turns b and c whole, 0600.
     Returns the spooled session id."""
-    errors = [line for line in log.splitlines() if str(db_path) in line]
-    assert errors, f"no log line names {db_path}:\n{log}"
+    errors = [line for line in log.splitlines() if store_of(db_path) in line]
+    assert errors, f"no log line names {store_of(db_path)}:\n{log}"
     assert any(re.search(cause, line, re.IGNORECASE) for line in errors), (cause, errors)
     names, sessions = spooled(home)
     # Every message once; their order is checked after the import (a spool may be split

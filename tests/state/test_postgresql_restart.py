@@ -117,3 +117,22 @@ def test_a_commit_whose_answer_is_lost_is_settled_not_written_twice(
     finally:
         db.close()
         cutter.close()
+
+
+@needs_server
+def test_a_read_on_a_connection_the_server_ended_is_tried_again(hermes_home: Path) -> None:
+    # As in a restart: the server ends the store's idle connections (57P01) and the next
+    # read on one of them meets that error before the link knows it is closed. A read
+    # changes nothing, so it is tried again on a new connection within the busy budget.
+    url = postgres.fresh_store() + "&application_name=hermes_ended"
+    db = SessionDB(url)
+    try:
+        db.create_session("s1", "cli")
+        db.append_message("s1", "user", "hello")
+        for _ in range(20):
+            assert contents(db) == ["hello"]  # leaves idle reader connections in the pool
+            postgres.psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE application_name = 'hermes_ended'")
+            assert [m["content"] for m in db.get_messages("s1")] == ["hello"]
+    finally:
+        db.close()

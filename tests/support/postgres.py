@@ -46,6 +46,20 @@ def psql(sql: str, *, url: str | None = None) -> str:
     return done.stdout
 
 
+def rows(sql: str, *, url: str | None = None) -> list[list[str]]:
+    """The rows ``sql`` returns on the test server (or at ``url``), each a list of its values
+    as text (for counts and ids: psql separates values with ``|``)."""
+    return [line.split("|") for line in psql(sql, url=url).splitlines()]
+
+
+def store_text(url: str) -> str:
+    """Every row of every table of the store at ``url``, as text (to look for what must
+    never be stored)."""
+    tables = [name for [name] in rows("SELECT tablename FROM pg_tables "
+                                      "WHERE schemaname = current_schema()", url=url)]
+    return "\n".join(psql(f'SELECT t::text FROM "{name}" t', url=url) for name in tables)
+
+
 def fresh_store() -> str:
     """The URL of a new, empty store (a schema) on the test server."""
     name = f"hermes_pytest_{os.getpid()}_{next(_names)}"
@@ -83,6 +97,41 @@ def store_url(path: str | Path) -> str:
     if key not in _stores:
         _stores[key] = fresh_store()
     return _stores[key]
+
+
+def use_store(path: str | Path, url: str) -> None:
+    """From now on in this test, the store at ``url`` (a server of the test's own) stands for
+    the file ``path``: the test's stores, the processes it starts and the checks all open it."""
+    _stores[str(Path(path).resolve())] = url
+
+
+class TablesLocked:
+    """Another connection holds ``LOCK TABLE sessions, messages IN EXCLUSIVE MODE`` on the
+    store at ``url`` until :meth:`release`: every write waits for it, reads do not. The
+    counterpart of another process holding SQLite's write lock (another host's long
+    transaction)."""
+
+    def __init__(self, url: str) -> None:
+        program = _PSQL if os.path.exists(_PSQL) else shutil.which("psql") or "psql"
+        self._psql = subprocess.Popen([program, "-qAtX", "-v", "ON_ERROR_STOP=1", url],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._say("BEGIN; LOCK TABLE sessions, messages IN EXCLUSIVE MODE;", "locked")
+
+    def _say(self, sql: str, answer: str) -> None:
+        assert self._psql.stdin is not None and self._psql.stdout is not None
+        self._psql.stdin.write(f"{sql}\n\\echo {answer}\n")
+        self._psql.stdin.flush()
+        heard = self._psql.stdout.readline().strip()
+        if heard != answer:
+            self._psql.kill()
+            raise RuntimeError(f"psql said {heard!r} to {sql!r}")
+
+    def release(self) -> None:
+        if self._psql.poll() is None:
+            self._say("ROLLBACK;", "released")
+            assert self._psql.stdin is not None
+            self._psql.stdin.close()
+            self._psql.wait(10)
 
 
 def opening_on_the_server() -> Callable[..., None]:

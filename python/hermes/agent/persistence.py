@@ -224,6 +224,10 @@ class TranscriptPersistence:
         tracker = self._flush_tracker()
         pending = tracker.pending(session_id, messages, history, seed)
         if not pending:
+            # Nothing new, but the seed is used up as by a spool that took something: a
+            # seed left standing could be replaced before it was honoured.
+            tracker.mark_persisted(session_id, messages, history, seed)
+            self._flushed_db_message_ids = set()
             return True
         try:
             path = spool(session_id, self.platform or "unknown", pending)

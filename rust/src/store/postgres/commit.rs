@@ -1,9 +1,12 @@
 //! A group-committed batch on the writer connection: the batch policy of
 //! `store/batch.rs` with PostgreSQL's part, one attempt in one transaction.
 //! The transaction's first round trip begins it, sets its durability
-//! (`synchronous_commit` on for FULL, off for NORMAL; `SET LOCAL`, so a
-//! pooled server connection is left as it was) and takes the commit
-//! counter's next value; then the sessions the batch appends to are locked
+//! (`synchronous_commit` on for FULL, off for NORMAL) and how long it waits
+//! for a lock another connection holds (`lock_timeout`: what is left of the
+//! busy budget, so another host's long transaction fails the write within
+//! the budget instead of holding it forever; both `SET LOCAL`, so a pooled
+//! server connection is left as it was) and takes the commit counter's next
+//! value; then the sessions the batch appends to are locked
 //! in id order, so two hosts committing batches over the same
 //! conversations wait for each other instead of deadlocking. A batch of
 //! appends only (the flushes of many conversations) is one statement
@@ -102,10 +105,15 @@ impl Transact for Attempt<'_> {
             return Err(Failure::Batch(backend.closed_error()));
         };
         let client = &link.client;
-        let out =
-            backend
-                .server
-                .block_on(backend.try_commit(client, jobs, active, self.patience, true));
+        let lock_wait = LockWait::until(self.deadline);
+        let out = backend.server.block_on(backend.try_commit(
+            client,
+            jobs,
+            active,
+            self.patience,
+            lock_wait,
+            true,
+        ));
         match out {
             Ok(Committed::Yes(outs)) => Ok(outs),
             Ok(Committed::Unknown { xid, outs, lost }) => {
@@ -122,6 +130,22 @@ impl Transact for Attempt<'_> {
                 Err(failure)
             }
         }
+    }
+}
+
+/// How long an attempt's statements wait for a lock: what is left of the
+/// busy budget, at least a millisecond (PostgreSQL reads 0 as "forever").
+#[derive(Clone, Copy)]
+struct LockWait(u128);
+
+impl LockWait {
+    fn until(deadline: Instant) -> Self {
+        LockWait(
+            deadline
+                .saturating_duration_since(Instant::now())
+                .as_millis()
+                .max(1),
+        )
     }
 }
 
@@ -192,6 +216,7 @@ impl PgBackend {
         jobs: &[WriteOp],
         active: &[usize],
         patience: Patience,
+        lock_wait: LockWait,
         together: bool,
     ) -> std::result::Result<Committed, Failure> {
         let batch = |e| Failure::Batch(classify(&self.at, e));
@@ -199,8 +224,8 @@ impl PgBackend {
             Durability::Full => "on",
             Durability::Normal => "off",
         };
-        let begin =
-            format!("BEGIN; SET LOCAL synchronous_commit TO {sync}; SELECT {TAKE}, pg_current_xact_id()::text");
+        let lock_ms = lock_wait.0;
+        let begin = format!("BEGIN; SET LOCAL synchronous_commit TO {sync}; SET LOCAL lock_timeout TO {lock_ms}; SELECT {TAKE}, pg_current_xact_id()::text");
         let taken = client.simple_query(&begin).await.map_err(batch)?;
         let Some(row) = taken.iter().find_map(|m| match m {
             SimpleQueryMessage::Row(row) => Some(row),
@@ -255,7 +280,10 @@ impl PgBackend {
                 // again, one append at a time, to find out.
                 Err(_) => {
                     client.batch_execute("ROLLBACK").await.map_err(batch)?;
-                    return Box::pin(self.try_commit(client, jobs, active, patience, false)).await;
+                    return Box::pin(
+                        self.try_commit(client, jobs, active, patience, lock_wait, false),
+                    )
+                    .await;
                 }
             },
             _ => {

@@ -1,7 +1,9 @@
 //! Server failures → [`Error`], classified by what can be done: a lost or
-//! refused connection, a serialization failure or a deadlock is retried
-//! (reconnecting) until the busy budget; a full disk, a read-only server or
-//! a constraint is not.
+//! refused connection, a serialization failure, a deadlock, a lock not had
+//! within `lock_timeout` or a statement cancelled (`statement_timeout`, an
+//! operator's `pg_cancel_backend`) is retried (reconnecting) until the busy
+//! budget; a full disk, a read-only server or a role without the right to
+//! write, or a constraint is not.
 
 use tokio_postgres::error::SqlState;
 
@@ -25,6 +27,7 @@ pub fn classify(at: &Location, e: tokio_postgres::Error) -> Error {
         SqlState::T_R_SERIALIZATION_FAILURE,
         SqlState::T_R_DEADLOCK_DETECTED,
         SqlState::LOCK_NOT_AVAILABLE,
+        SqlState::QUERY_CANCELED,
         SqlState::ADMIN_SHUTDOWN,
         SqlState::CANNOT_CONNECT_NOW,
         SqlState::TOO_MANY_CONNECTIONS,
@@ -34,7 +37,12 @@ pub fn classify(at: &Location, e: tokio_postgres::Error) -> Error {
         StorageKind::Locked
     } else if *code == SqlState::DISK_FULL {
         StorageKind::Full
-    } else if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
+    } else if [
+        SqlState::READ_ONLY_SQL_TRANSACTION,
+        SqlState::INSUFFICIENT_PRIVILEGE,
+    ]
+    .contains(code)
+    {
         StorageKind::ReadOnly
     } else if code.code().starts_with("XX") {
         StorageKind::Corrupt

@@ -11,7 +11,7 @@ use super::error::classify;
 use super::sql::Sql;
 use super::value::{escape_text, names, table};
 use super::PgBackend;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::{Table, CONVERSATION_COLUMNS, MESSAGE_COLUMNS};
 use crate::store::backoff::Backoff;
 use crate::store::{lock, Filter, Page, Query, Relation, Term};
@@ -34,9 +34,9 @@ const IDLE_READERS: usize = 8;
 impl PgBackend {
     /// Borrows a reader connection for `f`, connecting when none is idle. A
     /// read that loses its connection (the server restarted, the network
-    /// dropped) or cannot connect is tried again on a new one, with jittered
-    /// backoff, within the busy budget: a read changes nothing, so a second
-    /// try is always safe.
+    /// dropped), fails as busy or cannot connect is tried again on a new one,
+    /// with jittered backoff, within the busy budget: a read changes nothing,
+    /// so a second try is always safe.
     pub(super) fn read<T>(&self, mut f: impl FnMut(&Server, &mut Link) -> Result<T>) -> Result<T> {
         self.ensure_open()?;
         let deadline = Instant::now() + self.options.busy_budget;
@@ -50,8 +50,16 @@ impl PgBackend {
             let (out, lost) = match link {
                 Ok(mut link) => {
                     let out = f(&self.server, &mut link);
-                    let lost = out.is_err() && link.client.is_closed();
-                    self.put_back(link);
+                    // A link the server ended (a restart's 57P01) fails its next read
+                    // with the server's last word before it knows it is closed: a busy
+                    // failure, so the link is not kept and the read is tried again.
+                    let busy = out.as_ref().is_err_and(Error::is_busy);
+                    let lost = out.is_err() && (busy || link.client.is_closed());
+                    if busy {
+                        self.server.disconnect(link);
+                    } else {
+                        self.put_back(link);
+                    }
                     (out, lost)
                 }
                 Err(e) => {
