@@ -9,6 +9,8 @@
     hermes sessions search QUERY [--source S] [--session ID] [--limit N] [--json]
     hermes sessions export [ID | FILTERS] [--format jsonl|md|qmd|html|trace] [-o PATH]
                            [--only user-prompts] [--redact | --no-redact] [--lineage L]
+                           [--force] [--delete-after-verified --yes] [--upload [--public]]
+    hermes sessions import FILE [--json]
     hermes sessions recover
     hermes sessions browse [--source S] [--limit N]
     hermes sessions rename ID TITLE...

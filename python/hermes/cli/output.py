@@ -232,7 +232,7 @@ class ProgressDisplay:
 @contextlib.contextmanager
 def progress(description: str, total: int | None = None) -> Iterator[ProgressDisplay]:
     """``with progress("exporting", total=n) as bar: ... bar.advance()``: the one progress
-    display of long work (export, recover, prune, archive, optimize, and reads of a large
+    display of long work (export, import, recover, prune, archive, optimize, and reads of a large
     store)."""
     display = ProgressDisplay(description, total)
     try:

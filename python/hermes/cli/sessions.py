@@ -11,7 +11,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING, Any
 
-from hermes.cli import browse, pruning, session_export, store_upkeep, transcripts
+from hermes.cli import browse, pruning, session_export, session_import, store_upkeep, transcripts
 from hermes.cli.arguments import Commands, add_db_flag, add_json_flag, count
 from hermes.cli.configuration import open_db, store_location
 from hermes.cli.output import (
@@ -83,6 +83,7 @@ def add_commands(commands: Commands) -> None:
     rename.set_defaults(handler=rename_session)
 
     session_export.add_commands(session_commands)
+    session_import.add_commands(session_commands)
     pruning.add_commands(session_commands)
     store_upkeep.add_commands(session_commands)
     browse.add_commands(session_commands)
