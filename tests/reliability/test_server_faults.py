@@ -276,6 +276,9 @@ async def test_a_full_disk_on_the_server(tmp_path: Path) -> None:
             with SessionDB(url) as other:
                 other.create_session("padding", "cli")
                 other.append_message("padding", "user", os.urandom(750).hex())
+                # A search indexes what is pending first; ``other``'s indexer may not have
+                # run before it closes, and the gateway's runs only after its own commits.
+                other.search_messages("padding")
             wait_until_indexed(state_db)
             filler.append(fill(directory))
 
