@@ -194,11 +194,7 @@ def main() -> int:
         doc["results"] = measure(store, scratch, ours, upstream, rounds, started)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    out = record.finish(doc, started, quick=args.quick, out=args.out, publish=args.publish,
-                        stem=RESULTS.stem)
-    print(render(doc))
-    print(f"\ncli: wrote {out} ({doc['wall_s']} s)", file=sys.stderr)
-    return 0
+    return record.conclude(doc, started, args, RESULTS.stem, render)
 
 
 # -- rendering (stdlib only: benches/report.py imports this module) ------------

@@ -157,11 +157,7 @@ def main() -> int:
                           for name, runs in samples.items()}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    path = record.finish(doc, started, quick=args.quick, out=args.out, publish=args.publish,
-                         stem="migrate")
-    print(render(doc))
-    log(f"results: {path}", started)
-    return 0
+    return record.conclude(doc, started, args, "migrate", render)
 
 
 def render(doc: dict[str, Any]) -> str:

@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib and the other benches
 
-from benchlib import paths, record, stats  # noqa: E402
+from benchlib import paths, postgres, record, stats  # noqa: E402
 from benchlib.render import ms, ratio, table  # noqa: E402
 
 RESULTS = paths.PUBLISHED_RESULTS / "pg_search.json"
@@ -67,12 +67,10 @@ def wait_indexed(url: str, appended: float) -> float:
     """Seconds from ``appended`` (the last append's end, ``perf_counter``) until the server has
     nothing pending for search. A store is kept open meanwhile: a closed one leaves its pending
     rows to the next indexer or search, and its own indexer stopped at ``build``'s close."""
-    import migrate
-
     from hermes.state import SessionDB
 
     with SessionDB(url):
-        while migrate.psql(url, "SELECT COUNT(*) FROM hermes_search_pending") != "0":
+        while postgres.run(url, "SELECT COUNT(*) FROM hermes_search_pending") != "0":
             time.sleep(0.1)
     return time.perf_counter() - appended
 
@@ -96,7 +94,6 @@ def search(where: str, queries: list[str], budget_s: float) -> dict[str, Any]:
 
 
 def main() -> int:
-    import migrate
     import scale
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -111,9 +108,10 @@ def main() -> int:
     started = time.monotonic()
     scratch = Path(tempfile.mkdtemp(prefix="hermes-bench-pg-search-"))
     doc = record.start("pg_search", args.quick, scratch)
-    doc["server"] = migrate.psql(args.postgres_url, "SELECT version()").split(" on ")[0]
+    doc["server"] = postgres.run(args.postgres_url, "SELECT version()").split(" on ")[0]
+    stores = {"sqlite": str(scratch / "state.db"), "postgresql": postgres.fresh_database(
+        args.postgres_url, "bench_pg_search", "NORMAL")}
     try:
-        stores = {"sqlite": str(scratch / "state.db"), "postgresql": migrate.fresh_database(args.postgres_url)}
         doc["build"] = {}
         for system, where in stores.items():
             log(f"building {messages:,} messages in {system}", started)
@@ -126,7 +124,7 @@ def main() -> int:
         pg["indexed_per_s"] = round(messages / (pg["append_s"] + index_s))
         # What autovacuum does within a minute of such a load: without statistics the planner
         # hashes every message to join a handful of hits.
-        migrate.psql(stores["postgresql"], "ANALYZE")
+        postgres.run(stores["postgresql"], "ANALYZE")
         queries = scale.search_queries(messages)
         doc["queries"] = queries
         doc["kinds"] = {}
@@ -141,11 +139,8 @@ def main() -> int:
             log(f"{kind}: done", started)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    out = record.finish(doc, started, quick=args.quick, out=args.out, publish=args.publish,
-                        stem=RESULTS.stem)
-    print(render(doc))
-    print(f"\npg_search: wrote {out} ({doc['wall_s']} s)", file=sys.stderr)
-    return 0
+        postgres.drop_database(args.postgres_url, stores["postgresql"])
+    return record.conclude(doc, started, args, RESULTS.stem, render)
 
 
 # -- rendering (stdlib only: benches/report.py imports this module) ------------

@@ -370,11 +370,7 @@ def main() -> int:
         for p in procs:
             p.close()
         shutil.rmtree(scratch, ignore_errors=True)
-    out = record.finish(doc, started, quick=args.quick, out=args.out, publish=args.publish,
-                        stem=RESULTS.stem)
-    print(render(doc))
-    print(f"\nstore_ops: wrote {out} ({doc['wall_s']} s)", file=sys.stderr)
-    return 0
+    return record.conclude(doc, started, args, RESULTS.stem, render)
 
 
 # -- rendering (stdlib only) ---------------------------------------------------

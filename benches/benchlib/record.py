@@ -4,11 +4,13 @@ file it ends in."""
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import sys
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from benchlib import paths
@@ -40,3 +42,13 @@ def finish(doc: dict[str, Any], started: float, *, quick: bool, out: Path | None
     doc["results_file"] = paths.shown(path)
     path.write_text(json.dumps(doc, indent=1) + "\n")
     return path
+
+
+def conclude(doc: dict[str, Any], started: float, args: argparse.Namespace, stem: str,
+             render: Callable[[dict[str, Any]], str]) -> int:
+    """The end of a run with the usual ``--quick``/``--out``/``--publish`` options: the record
+    written (``finish``), its rendering on stdout, where it went on stderr. Returns exit code 0."""
+    out = finish(doc, started, quick=args.quick, out=args.out, publish=args.publish, stem=stem)
+    print(render(doc))
+    print(f"\n{doc['bench']}: wrote {out} ({doc['wall_s']} s)", file=sys.stderr)
+    return 0
