@@ -950,12 +950,12 @@ PG_WHY_FLUSH = PG_INDEXER + (
 )
 PG_WHY_BEHIND = (
     "A load: LangGraph's is one row, its checkpoint's blob, decoded in one go (msgpack), where "
-    "ours reads 10,000 rows of 16 columns and builds a dict each; on PostgreSQL ours reads the "
-    "whole result before it converts any of it (one table; SQLite's load converts on one core "
-    "while a helper reads ahead on the other), and the floor shows the rows alone cost ~60% of "
-    "ours. The two are level within the run's noise (the results file's `@rounds`: ours 132 and "
-    "99 ms, LangGraph's 109 and 98 ms). What would close it: reading the rows in tables of a few "
-    "hundred (a portal, or `query_raw`'s row stream) and converting each as the next arrives. "
+    "ours reads 10,000 rows of 16 columns and builds a dict each; on PostgreSQL ours takes the "
+    "rows in tables as they arrive (64, then 512 a table) and builds a table's dicts while the "
+    "server sends the next, but the rows' parsing and the dicts share one core (SQLite's load "
+    "reads ahead on a helper thread, on the other), and the floor shows the rows alone cost "
+    "~60% of ours. What would move it: parsing the rows on a second core (the protocol task on "
+    "a runtime thread of its own) while the dicts are built. "
     "A flush: each system writes a turn in one transaction, so the figure is the server's insert "
     "work and the WAL flush plus what runs beside it; ours inserts 19 columns per message (the "
     "schema is hermes-agent's), OpenAI one JSON text column, and ours shares the cores with its "

@@ -134,5 +134,11 @@ def test_a_read_on_a_connection_the_server_ended_is_tried_again(hermes_home: Pat
             postgres.psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                           "WHERE application_name = 'hermes_ended'")
             assert [m["content"] for m in db.get_messages("s1")] == ["hello"]
+            # A transcript load, which hands rows over as they arrive, too: it failed
+            # before handing any over.
+            postgres.psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE application_name = 'hermes_ended'")
+            loaded = db.get_messages_as_conversation("s1")
+            assert [(m["role"], m["content"]) for m in loaded] == [("user", "hello")]
     finally:
         db.close()

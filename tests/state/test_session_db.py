@@ -386,6 +386,24 @@ def test_long_conversation_matches_get_messages_row_for_row(
     assert again == conv and all(a is not b for a, b in zip(again, conv))
 
 
+@pytest.mark.parametrize("length", [63, 64, 65, 576, 577, 1500])
+def test_a_load_across_its_table_edges_matches_get_messages(db: SessionDB, length: int) -> None:
+    # Both stores hand a long load over in tables (on PostgreSQL as the rows arrive: 64,
+    # then 512 a table): lengths at and across the edges, every row once and in order.
+    db.create_session("s1", "cli")
+    db.append_messages("s1", [
+        {"role": "user", "content": f"question {i} ünï 🚀"} if i % 3 == 0 else
+        {"role": "assistant", "content": f"calling {i}", "tool_calls": [tool_call(i)]}
+        if i % 3 == 1 else
+        {"role": "tool", "content": f"result {i}", "tool_call_id": f"call_{i - 1}",
+         "tool_name": "terminal"}
+        for i in range(length)])
+    rows = db.get_messages("s1")
+    conv = db.get_messages_as_conversation("s1")
+    assert len(conv) == len(rows) == length
+    assert [list(m.items()) for m in conv] == [list(conversation_shape(r).items()) for r in rows]
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_long_loads_work_in_a_forked_child(db: SessionDB, db_path: Path) -> None:
     # A long load reads ahead on a helper thread that is kept, awake for a

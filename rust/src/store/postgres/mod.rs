@@ -199,7 +199,7 @@ impl Backend for PgBackend {
         include_inactive: bool,
         sink: &mut dyn FnMut(Table) -> bool,
     ) -> Result<()> {
-        self.conversation_table(session_id, include_inactive, sink)
+        self.conversation_tables(session_id, include_inactive, sink)
     }
 
     fn list_sessions(&self, page: &Page) -> Result<Table> {

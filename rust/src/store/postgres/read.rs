@@ -1,15 +1,18 @@
 //! Reads, on a pool of reader connections (one borrowed per read; a lost
 //! one is replaced), and the SQL of each.
 
+use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use futures_util::TryStreamExt;
 use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::Client;
 
 use super::connection::{Link, Server};
 use super::error::classify;
 use super::sql::Sql;
-use super::value::{escape_text, names, table};
+use super::value::{escape_text, names, push_row, table};
 use super::PgBackend;
 use crate::error::{Error, Result};
 use crate::model::{Table, CONVERSATION_COLUMNS, MESSAGE_COLUMNS};
@@ -37,7 +40,17 @@ impl PgBackend {
     /// dropped), fails as busy or cannot connect is tried again on a new one,
     /// with jittered backoff, within the busy budget: a read changes nothing,
     /// so a second try is always safe.
-    pub(super) fn read<T>(&self, mut f: impl FnMut(&Server, &mut Link) -> Result<T>) -> Result<T> {
+    pub(super) fn read<T>(&self, f: impl FnMut(&Server, &mut Link) -> Result<T>) -> Result<T> {
+        self.read_retrying_while(|| true, f)
+    }
+
+    /// [`Self::read`], trying again only while `may_retry` holds (a read
+    /// that has handed rows over would hand them again).
+    fn read_retrying_while<T>(
+        &self,
+        may_retry: impl Fn() -> bool,
+        mut f: impl FnMut(&Server, &mut Link) -> Result<T>,
+    ) -> Result<T> {
         self.ensure_open()?;
         let deadline = Instant::now() + self.options.busy_budget;
         let mut backoff = Backoff::default();
@@ -67,7 +80,7 @@ impl PgBackend {
                     (Err(e), refused)
                 }
             };
-            if lost && Instant::now() < deadline {
+            if lost && may_retry() && Instant::now() < deadline {
                 backoff.sleep();
                 self.ensure_open()?;
                 continue;
@@ -154,20 +167,32 @@ impl PgBackend {
         self.rows(&sql, &[(&id, Type::TEXT)], names(MESSAGE_COLUMNS))
     }
 
-    /// The whole transcript in one table (no read-ahead yet).
-    pub(super) fn conversation_table(
+    /// The transcript handed to `sink` in tables as its rows arrive, so the
+    /// caller converts one while the server sends the next (the socket's
+    /// buffer holds them meanwhile). Reading stops when `sink` returns false.
+    pub(super) fn conversation_tables(
         &self,
         session_id: &str,
         include_inactive: bool,
         sink: &mut dyn FnMut(Table) -> bool,
     ) -> Result<()> {
+        // The indexer waits for a load, as for a flush: it would share the cores.
+        let _reading = self.commits.reading();
         let id = escape_text(session_id);
         let sql = messages_sql(CONVERSATION_COLUMNS, include_inactive);
-        let table = self.rows(&sql, &[(&id, Type::TEXT)], names(CONVERSATION_COLUMNS))?;
-        if table.row_count() > 0 {
-            sink(table);
-        }
-        Ok(())
+        let columns = names(CONVERSATION_COLUMNS);
+        let handed_over = Cell::new(false);
+        let mut sink = |table: Table| {
+            handed_over.set(true);
+            sink(table)
+        };
+        self.read_retrying_while(
+            || !handed_over.get(),
+            |server, link| {
+                let rows = streamed_tables(&link.client, &sql, &id, columns.clone(), &mut sink);
+                server.block_on(rows).map_err(|e| classify(&self.at, e))
+            },
+        )
     }
 
     pub(super) fn newest_sessions(&self, page: &Page) -> Result<Table> {
@@ -200,6 +225,40 @@ impl PgBackend {
                 .map_err(|e| classify(&self.at, e))
         })
     }
+}
+
+/// Rows in the first table a streamed read hands over: few, so the caller
+/// starts converting soon; then [`STREAMED_TABLE_ROWS`] a table.
+const FIRST_STREAMED_ROWS: usize = 64;
+const STREAMED_TABLE_ROWS: usize = 512;
+
+/// The rows of `sql` (whose one parameter is the text `id`) handed to
+/// `sink` in tables of `columns`, until they end or `sink` returns false.
+async fn streamed_tables(
+    client: &Client,
+    sql: &str,
+    id: &str,
+    columns: Arc<[String]>,
+    sink: &mut dyn FnMut(Table) -> bool,
+) -> std::result::Result<(), tokio_postgres::Error> {
+    let rows = client.query_typed_raw(sql, [(id, Type::TEXT)]).await?;
+    let mut rows = std::pin::pin!(rows);
+    let mut table = Table::new(columns);
+    let mut size = FIRST_STREAMED_ROWS;
+    while let Some(row) = rows.try_next().await? {
+        push_row(&mut table, &row)?;
+        if table.row_count() >= size {
+            let next = table.sized_like();
+            if !sink(std::mem::replace(&mut table, next)) {
+                return Ok(());
+            }
+            size = STREAMED_TABLE_ROWS;
+        }
+    }
+    if table.row_count() > 0 {
+        sink(table);
+    }
+    Ok(())
 }
 
 /// Keeps `link` among the `idle` readers, or closes it when it is lost or
