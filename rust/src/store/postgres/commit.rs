@@ -23,6 +23,7 @@ use std::sync::atomic::Ordering;
 use std::sync::TryLockError;
 use std::time::Instant;
 
+use futures_util::future::join3;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
@@ -226,7 +227,33 @@ impl PgBackend {
         };
         let lock_ms = lock_wait.0;
         let begin = format!("BEGIN; SET LOCAL synchronous_commit TO {sync}; SET LOCAL lock_timeout TO {lock_ms}; SELECT {TAKE}, pg_current_xact_id()::text");
-        let taken = client.simple_query(&begin).await.map_err(batch)?;
+        let mut sessions = Vec::new();
+        for &i in active {
+            appended_sessions(&jobs[i], &mut sessions);
+        }
+        sessions.sort_unstable();
+        sessions.dedup();
+        let appends: Option<Vec<Appended>> = active
+            .iter()
+            .map(|&i| plain_append(&jobs[i]))
+            .collect::<Option<_>>()
+            .filter(|_| together);
+        // BEGIN, the session locks and a batch of plain appends go out at once
+        // (pipelined: the server runs them in order, one round trip for the
+        // three); an earlier one's failure fails the later ones, and its own
+        // error is the one reported.
+        let (taken, locked, appended) = join3(
+            client.simple_query(&begin),
+            lock_sessions(client, &sessions, patience),
+            async {
+                match &appends {
+                    Some(appends) => Some(self.append_rows(client, appends).await),
+                    None => None,
+                }
+            },
+        )
+        .await;
+        let taken = taken.map_err(batch)?;
         let Some(row) = taken.iter().find_map(|m| match m {
             SimpleQueryMessage::Row(row) => Some(row),
             _ => None,
@@ -241,52 +268,25 @@ impl PgBackend {
             self.changes.took(value);
         }
         let xid = row.get(1).unwrap_or_default().to_owned();
-        let mut sessions = Vec::new();
-        for &i in active {
-            appended_sessions(&jobs[i], &mut sessions);
-        }
-        if !sessions.is_empty() {
-            sessions.sort_unstable();
-            sessions.dedup();
-            let ids: Vec<String> = sessions
-                .iter()
-                .map(|s| escape_text(s).into_owned())
-                .collect();
-            let wait = match patience {
-                Patience::Budget => "",
-                Patience::Never => " NOWAIT",
-            };
-            let sql =
-                format!("SELECT 1 FROM sessions WHERE id = ANY($1) ORDER BY id FOR UPDATE{wait}");
-            client
-                .query_typed(&sql, &[(&ids, Type::TEXT_ARRAY)])
-                .await
-                .map_err(batch)?;
-        }
-        let appends: Option<Vec<Appended>> =
-            active.iter().map(|&i| plain_append(&jobs[i])).collect();
-        let outs = match appends {
-            Some(appends) if together => match self.append_rows(client, &appends).await {
-                Ok(ids) => {
-                    let mut outs = Vec::with_capacity(active.len());
-                    for (&i, ids) in active.iter().zip(ids) {
-                        outs.push(WriteOut::Ids(ids.map_err(|e| Failure::of_job(i, e))?));
-                    }
-                    outs
+        locked.map_err(batch)?;
+        let outs = match appended {
+            Some(Ok(ids)) => {
+                let mut outs = Vec::with_capacity(active.len());
+                for (&i, ids) in active.iter().zip(ids) {
+                    outs.push(WriteOut::Ids(ids.map_err(|e| Failure::of_job(i, e))?));
                 }
-                Err(e) if active.len() == 1 => return Err(Failure::of_job(active[0], e)),
-                Err(e) if e.is_whole_batch_failure() => return Err(Failure::Batch(e)),
-                // One statement does not say whose rows the server refused:
-                // again, one append at a time, to find out.
-                Err(_) => {
-                    client.batch_execute("ROLLBACK").await.map_err(batch)?;
-                    return Box::pin(
-                        self.try_commit(client, jobs, active, patience, lock_wait, false),
-                    )
+                outs
+            }
+            Some(Err(e)) if active.len() == 1 => return Err(Failure::of_job(active[0], e)),
+            Some(Err(e)) if e.is_whole_batch_failure() => return Err(Failure::Batch(e)),
+            // One statement does not say whose rows the server refused:
+            // again, one append at a time, to find out.
+            Some(Err(_)) => {
+                client.batch_execute("ROLLBACK").await.map_err(batch)?;
+                return Box::pin(self.try_commit(client, jobs, active, patience, lock_wait, false))
                     .await;
-                }
-            },
-            _ => {
+            }
+            None => {
                 let mut outs = Vec::with_capacity(active.len());
                 for &i in active {
                     let out = self
@@ -309,6 +309,31 @@ impl PgBackend {
             }),
         }
     }
+}
+
+/// Locks the rows of `sessions` (sorted, so two writers never wait for
+/// each other in a cycle), or fails at once under `Patience::Never`.
+async fn lock_sessions(
+    client: &Client,
+    sessions: &[&str],
+    patience: Patience,
+) -> std::result::Result<(), tokio_postgres::Error> {
+    if sessions.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<String> = sessions
+        .iter()
+        .map(|s| escape_text(s).into_owned())
+        .collect();
+    let wait = match patience {
+        Patience::Budget => "",
+        Patience::Never => " NOWAIT",
+    };
+    let sql = format!("SELECT 1 FROM sessions WHERE id = ANY($1) ORDER BY id FOR UPDATE{wait}");
+    client
+        .query_typed(&sql, &[(&ids, Type::TEXT_ARRAY)])
+        .await
+        .map(drop)
 }
 
 /// The sessions `op` adds messages to.
