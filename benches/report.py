@@ -927,26 +927,25 @@ PG_NAMES = {
 PG_PEERS = ("openai", "langgraph")
 #: What the PostgreSQL run's misses come from (measured while writing them: see each).
 PG_INDEXER = (
-    "Ours keeps a search index the peers do not: every commit leaves its rows pending, and a "
-    "background thread of the store tokenizes them (SQLite's FTS5 tokenizers, words and trigrams) "
-    "and writes them into the GIN-indexed side table (`store/postgres/search_index.rs`), 512 rows "
-    "a step in the run shown (since then a step takes 2,048 rows and only CJK text's trigrams are "
-    "indexed: `benches/pg_search.py` measures the indexer alone), once writes have been quiet for "
-    "3 ms or after 50 ms regardless. A conversation "
-    "flushing back to back is never quiet for 3 ms, so on these 2 shared cores a step runs beside "
-    "the flushes being timed, taking CPU (ours and the server's) and writing WAL of its own "
-    "(committed without waiting for its flush, but the disk is shared). Quick runs of this "
-    "benchmark before the index existed (8c2a8ac) had the 20-message flush level with the floor "
-    "(4.00 ms against 4.00 ms in one run, 1.27 to 3.99 ms in another: the disk's flush time here "
-    "moves between ~1.2 and ~4 ms). "
+    "Ours keeps a search index the peers do not: a statement trigger records each flush's new "
+    "rows as pending, and a background thread of the store tokenizes them (SQLite's FTS5 "
+    "tokenizers; trigrams for CJK text only) and writes them into the GIN-indexed side table "
+    "(`store/postgres/search_index.rs`), up to 2,048 rows a step, once writes have been quiet "
+    "for 3 ms or after 50 ms regardless. A conversation flushing back to back is never quiet "
+    "for 3 ms, so on these 2 shared cores a step runs beside the flushes being timed, taking CPU "
+    "(ours and the server's) and writing WAL of its own. "
 )
-PG_WHY_FLUSH = PG_INDEXER + (
-    "What would close it: index steps that yield to a flushing conversation for longer (a "
-    "patience measured in flushes rather than 50 ms), or cheaper steps (the tokenizing runs per "
-    "message through SQLite; the side table holds two `tsvector`s and the folded text per "
-    "message). Our own statements add little: a flush is four round trips (`BEGIN` with the "
-    "durability and the change counter, the session lock, the statement, `COMMIT`) against the "
-    "floor's one, ~40 µs each here (the guard read is one)."
+PG_WHY_FLUSH = (
+    "The floor is one statement in autocommit: one round trip, the insert and the commit's WAL "
+    "flush. Ours sends `BEGIN` (with the durability, the lock timeout and the change counter's "
+    "`nextval`), the session row's lock and the statement at once, pipelined, then `COMMIT`: two "
+    "round trips (each about the guard read's time) against the floor's one, and more work on "
+    "the server per flush (the counter, the row lock, the trigger that marks the rows pending). "
+    + PG_INDEXER +
+    "What would close it: the `COMMIT` in the same pipeline, which needs the batch policy "
+    "(`store/batch.rs`) to take per-append results from a committed statement (today an append "
+    "to a missing session fails the attempt, and the batch is tried again without it), and "
+    "index steps that yield to a flushing conversation for longer."
 )
 PG_WHY_BEHIND = (
     "A load: LangGraph's is one row, its checkpoint's blob, decoded in one go (msgpack), where "
@@ -1019,7 +1018,8 @@ def render_postgres(doc: dict[str, Any]) -> str:
         f"{', '.join(map(str, doc.get('loadavg_end', [])[:1]))} at the end; 2 cores for the server and "
         f"every client). Each workload ran for every system back to back, {doc['rounds']} round(s), in the order "
         f"{', '.join(doc.get('order', []))} and then in reverse, alternately (A B C D D C B A ...), so that drift "
-        "falls on every system alike; the tables give the median over the rounds. Noise probe (our 20-message flush, first and last): {ms(probe[0])} then "
+        "falls on every system alike; the tables give the median over the rounds. Noise probe (our "
+        f"20-message flush, first and last): {ms(probe[0])} then "
         f"{ms(probe[1])}, a spread of **{spread(probe[0], probe[1]):.0f}%**.",
         "",
     ]
