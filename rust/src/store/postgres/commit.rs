@@ -10,7 +10,11 @@
 //! in id order, so two hosts committing batches over the same
 //! conversations wait for each other instead of deadlocking. A batch of
 //! appends only (the flushes of many conversations) is one statement
-//! (`write.rs`), so K conversations cost one round trip, not K.
+//! (`write.rs`), so K conversations cost one round trip, not K; it goes out
+//! pipelined with the two before it, so a flush is two round trips with
+//! the `COMMIT`. (The `COMMIT` waits for the statement's answer: an append
+//! to a missing session fails the attempt, which is tried again without it,
+//! and the transaction id must be in hand before a commit can be lost.)
 //!
 //! A `COMMIT` whose answer never comes (the server went away meanwhile) may
 //! or may not have committed: retrying it blindly could write a turn twice.
