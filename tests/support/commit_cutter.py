@@ -88,11 +88,13 @@ class CommitCutter:
             pass
 
     def _cut(self, client: socket.socket, server: socket.socket, *, quietly: bool = False) -> None:
+        # Set before the client can see the cut: once it has, it may settle the commit and
+        # return before this thread runs again.
+        if not quietly:
+            self.cut.set()
         for end in (client, server):
             try:
                 end.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
             end.close()
-        if not quietly:
-            self.cut.set()

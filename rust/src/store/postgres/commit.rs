@@ -315,8 +315,8 @@ impl PgBackend {
     }
 }
 
-/// Locks the rows of `sessions` (sorted, so two writers never wait for
-/// each other in a cycle), or fails at once under `Patience::Never`.
+/// Locks the rows of `sessions` in id order, so two writers never wait for
+/// each other in a cycle, or fails at once under `Patience::Never`.
 async fn lock_sessions(
     client: &Client,
     sessions: &[&str],
