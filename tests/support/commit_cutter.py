@@ -1,9 +1,9 @@
 """A TCP relay on loopback in front of the test server that loses a ``COMMIT``'s answer.
 
 Every connection through it is relayed byte for byte, until it is armed: the next ``COMMIT``
-a client sends is then either passed on to the server (which commits) or held back (so the
-transaction is rolled back when the connection goes), and the connection is cut before any
-answer comes back. The client is left not knowing whether its transaction committed, as
+of a store's write transaction (not its search indexer's, whose commits are relayed) is then
+either passed on to the server (which commits) or held back (so the transaction is rolled back
+when the connection goes), and the connection is cut before any answer comes back. The client is left not knowing whether its transaction committed, as
 when a server or a network goes away at that moment.
 """
 
@@ -16,6 +16,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 # The simple-protocol Query message a client sends to commit: its text ends the message.
 _COMMIT = b"COMMIT\x00"
+# What a store's write transaction (not its search indexer's) takes in its first statement.
+_WRITE_BEGINS = b"nextval('hermes_commits')"
 
 
 class CommitCutter:
@@ -61,9 +63,12 @@ class CommitCutter:
 
     def _up(self, client: socket.socket, server: socket.socket,
             answers_lost: threading.Event) -> None:
+        writing = False  # in a store's write transaction: the COMMIT to lose is its
         try:
             while data := client.recv(65536):
-                if _COMMIT in data:
+                writing = writing or _WRITE_BEGINS in data
+                if _COMMIT in data and writing:
+                    writing = False
                     armed = self._take_arming()
                     if armed is not None:
                         answers_lost.set()  # before the COMMIT leaves: no answer gets back
