@@ -963,11 +963,10 @@ PG_WHY_BEHIND = (
 PG_WHY_CONCURRENT = (
     "Ours commits through one writer connection: a batch (all turns waiting, one statement) then "
     "its commit's WAL flush, then the next batch, so the server's own group commit never merges "
-    "two of our transactions. OpenAI's 50 connections commit at once, so the server can flush "
-    "their WAL together, which on a disk whose flush costs 1-4 ms here is most of the work. Counting the "
-    "wait for our search index to catch up, ours is far behind: the indexer of the run shown "
-    "tokenized ~1-2k rows/s on these shared cores. What would close it: two writer connections with batches in flight "
-    "at once (one in its WAL flush while the next is built and sent), and a cheaper indexer."
+    "two of our transactions, while OpenAI's 50 connections commit at once and the server can "
+    "flush their WAL together. The indexer's steps share the cores with the batches (see the "
+    "20-message flush). What would move it: two writer connections with batches in flight at "
+    "once (one in its WAL flush while the next is built and sent), and a cheaper indexer."
 )
 
 
