@@ -45,6 +45,7 @@ fn backends() -> Vec<(&'static str, Factory)> {
 mod postgres {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, Instant};
 
     /// A new, empty database on the server of `HERMES_TEST_POSTGRES_URL`: its name.
     fn fresh_database() -> Option<(String, String)> {
@@ -176,6 +177,42 @@ mod postgres {
     }
 
     #[test]
+    fn a_write_now_on_a_session_another_host_holds_fails_at_once_and_writes_nothing() {
+        let Some(url) = fresh_url() else {
+            return;
+        };
+        let budget = Duration::from_secs(30);
+        let db = store::open(
+            &url,
+            Options {
+                busy_budget: budget,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        create(&*db, "s", "cli", 1.0);
+        let op = || WriteOp::Append {
+            session_id: "s".into(),
+            rows: vec![message("user", "not now", 1.0)],
+            once_key: None,
+        };
+        let (runtime, other) = client(&url);
+        runtime
+            .block_on(
+                other.batch_execute("BEGIN; SELECT 1 FROM sessions WHERE id = 's' FOR UPDATE"),
+            )
+            .unwrap();
+        let started = Instant::now();
+        let err = db.write_now(op()).unwrap_err();
+        assert!(matches!(err, Error::WriterBusy { .. }), "{err}");
+        assert!(started.elapsed() < budget / 2, "it waited for the lock");
+        runtime.block_on(other.batch_execute("ROLLBACK")).unwrap();
+        assert_eq!(db.live_message_count("s").unwrap(), Some(0));
+        assert!(matches!(db.write_now(op()).unwrap(), WriteOut::Ids(ids) if ids.len() == 1));
+        assert_eq!(db.live_message_count("s").unwrap(), Some(1));
+    }
+
+    #[test]
     fn a_database_from_before_the_search_index_gets_its_messages_indexed() {
         let Some(url) = fresh_url() else {
             return;
@@ -190,7 +227,7 @@ mod postgres {
             .block_on(other.batch_execute(
                 "DROP TABLE hermes_search, hermes_search_pending;
                  DROP FUNCTION hermes_search_inserted, hermes_search_updated,
-                     hermes_search_deleted CASCADE;
+                     hermes_search_deleted, hermes_append CASCADE;
                  DROP TABLE hermes_migrations;",
             ))
             .unwrap();

@@ -4,15 +4,16 @@
 //! (`synchronous_commit` on for FULL, off for NORMAL) and how long it waits
 //! for a lock another connection holds (`lock_timeout`: what is left of the
 //! busy budget, so another host's long transaction fails the write within
-//! the budget instead of holding it forever; both `SET LOCAL`, so a pooled
-//! server connection is left as it was) and takes the commit counter's next
-//! value; then the sessions the batch appends to are locked
-//! in id order, so two hosts committing batches over the same
-//! conversations wait for each other instead of deadlocking. A batch of
+//! the budget instead of holding it forever; both local to the transaction,
+//! so a pooled server connection is left as it was) and takes the commit
+//! counter's next value; then the sessions the batch appends to are locked
+//! in id order, so two hosts committing batches over the same conversations
+//! wait for each other instead of deadlocking. A batch of
 //! appends only (the flushes of many conversations) is one statement
-//! (`write.rs`), so K conversations cost one round trip, not K; it goes out
-//! pipelined with the two before it, so a flush is two round trips with
-//! the `COMMIT`. (The `COMMIT` waits for the statement's answer: an append
+//! (`write.rs`: one call of the `hermes_append` function, which takes the
+//! locks itself), so K conversations cost one round trip, not K; it goes
+//! out pipelined with `BEGIN`, so a flush is two round trips with the
+//! `COMMIT`. (The `COMMIT` waits for the statement's answer: an append
 //! to a missing session fails the attempt, which is tried again without it,
 //! and the transaction id must be in hand before a commit can be lost.)
 //!
@@ -230,28 +231,36 @@ impl PgBackend {
             Durability::Normal => "off",
         };
         let lock_ms = lock_wait.0;
-        let begin = format!("BEGIN; SET LOCAL synchronous_commit TO {sync}; SET LOCAL lock_timeout TO {lock_ms}; SELECT {TAKE}, pg_current_xact_id()::text");
-        let mut sessions = Vec::new();
-        for &i in active {
-            appended_sessions(&jobs[i], &mut sessions);
-        }
-        sessions.sort_unstable();
-        sessions.dedup();
+        // `set_config(.., true)` is `SET LOCAL`, here in the one `SELECT`.
+        let begin = format!(
+            "BEGIN; SELECT {TAKE}, pg_current_xact_id()::text, \
+             set_config('synchronous_commit', '{sync}', true), \
+             set_config('lock_timeout', '{lock_ms}', true)"
+        );
         let appends: Option<Vec<Appended>> = active
             .iter()
             .map(|&i| plain_append(&jobs[i]))
             .collect::<Option<_>>()
             .filter(|_| together);
+        // A batch of plain appends locks its sessions itself (`hermes_append`).
+        let mut sessions = Vec::new();
+        if appends.is_none() {
+            for &i in active {
+                appended_sessions(&jobs[i], &mut sessions);
+            }
+            sessions.sort_unstable();
+            sessions.dedup();
+        }
         // BEGIN, the session locks and a batch of plain appends go out at once
-        // (pipelined: the server runs them in order, one round trip for the
-        // three); an earlier one's failure fails the later ones, and its own
-        // error is the one reported.
+        // (pipelined: the server runs them in order, one round trip for all);
+        // an earlier one's failure fails the later ones, and its own error is
+        // the one reported.
         let (taken, locked, appended) = join3(
             client.simple_query(&begin),
             lock_sessions(client, &sessions, patience),
             async {
                 match &appends {
-                    Some(appends) => Some(self.append_rows(client, appends).await),
+                    Some(appends) => Some(self.append_rows(client, appends, patience).await),
                     None => None,
                 }
             },

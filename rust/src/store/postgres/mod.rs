@@ -2,7 +2,8 @@
 //! runtime the backend owns (each call blocks on it, with the GIL released
 //! by the caller), one writer connection fed by group commit, a pool of
 //! reader connections. Every statement is unnamed (`query_typed`, or the
-//! simple protocol), so it works behind PgBouncer in transaction mode.
+//! simple protocol), so it works behind PgBouncer in transaction mode; the
+//! flush's statement is a server-side function, whose plan the server keeps.
 //!
 //! One file a job: `connection` (runtime, connect, TLS, reconnect),
 //! `schema` (the DDL and its migrations under an advisory lock), `value`

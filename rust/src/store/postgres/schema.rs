@@ -3,7 +3,8 @@
 //! logical schema), with PostgreSQL types: `bigint` integers,
 //! `double precision` timestamps (bit-exact), JSON columns as `text` (since
 //! `jsonb` reorders keys), an identity column for message ids; then our own
-//! additions, in order ([`STEPS`]: the search index of `search_index.rs`).
+//! additions, in order ([`STEPS`]: the search index of `search_index.rs`,
+//! the append function of `write.rs`).
 //!
 //! Migrations run in one transaction under an advisory lock, so hosts
 //! starting at once migrate once: the second waits, then finds every step
@@ -15,6 +16,7 @@ use super::connection::{Link, Server};
 use super::error::classify;
 use super::search_index;
 use super::value::Types;
+use super::write;
 use crate::error::{Error, Result};
 use crate::model::SCHEMA_VERSION;
 use crate::store::columns::Columns;
@@ -38,7 +40,10 @@ END $$;";
 /// Our additions after the v22 schema, in order; each runs once per
 /// database and is recorded in `hermes_migrations` by its number (its place
 /// here, from 1). Append only.
-const STEPS: [(&str, &str); 1] = [("search index", search_index::SCHEMA)];
+const STEPS: [(&str, &str); 2] = [
+    ("search index", search_index::SCHEMA),
+    ("append function", write::SCHEMA),
+];
 
 /// The v22 DDL in PostgreSQL's types.
 pub fn ddl() -> String {
