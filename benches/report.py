@@ -938,14 +938,17 @@ PG_INDEXER = (
 PG_WHY_FLUSH = (
     "The floor is one statement in autocommit: one round trip, the insert and the commit's WAL "
     "flush. Ours sends `BEGIN` (with the durability, the lock timeout and the change counter's "
-    "`nextval`), the session row's lock and the statement at once, pipelined, then `COMMIT`: two "
-    "round trips (each about the guard read's time) against the floor's one, and more work on "
-    "the server per flush (the counter, the row lock, the trigger that marks the rows pending). "
+    "`nextval` in one `SELECT`) and the call of `hermes_append` (the rows, the counters and, for "
+    "several sessions, their locks; a PL/pgSQL function, so its plan is made once per "
+    "connection) at once, pipelined, then `COMMIT`: two round trips (each about the guard "
+    "read's time) against the floor's one, and a little more work on the server per flush (the "
+    "counter, the function call). "
     + PG_INDEXER +
     "What would close it: the `COMMIT` in the same pipeline, which needs the batch policy "
     "(`store/batch.rs`) to take per-append results from a committed statement (today an append "
-    "to a missing session fails the attempt, and the batch is tried again without it), and "
-    "index steps that yield to a flushing conversation for longer."
+    "to a missing session fails the attempt, and the batch is tried again without it) and a way "
+    "to settle a commit whose every answer was lost (the transaction id is read before the "
+    "`COMMIT` is sent, today)."
 )
 PG_WHY_BEHIND = (
     "A load: LangGraph's is one row, its checkpoint's blob, decoded in one go (msgpack), where "
@@ -958,15 +961,20 @@ PG_WHY_BEHIND = (
     "A flush: each system writes a turn in one transaction, so the figure is the server's insert "
     "work and the WAL flush plus what runs beside it; ours inserts 19 columns per message (the "
     "schema is hermes-agent's), OpenAI one JSON text column, and ours shares the cores with its "
-    "indexer (see the 20-message flush)."
+    "indexer (a background thread that tokenizes each flush's rows into the search side table)."
 )
 PG_WHY_CONCURRENT = (
     "Ours commits through one writer connection: a batch (all turns waiting, one statement) then "
     "its commit's WAL flush, then the next batch, so the server's own group commit never merges "
     "two of our transactions, while OpenAI's 50 connections commit at once and the server can "
-    "flush their WAL together. The indexer's steps share the cores with the batches (see the "
-    "20-message flush). What would move it: two writer connections with batches in flight at "
-    "once (one in its WAL flush while the next is built and sent), and a cheaper indexer."
+    "flush their WAL together. The search indexer's steps (a background thread tokenizing each "
+    "flush's rows) share the cores with the batches, and the 50 threads' Python work (each "
+    "turn's dicts, the agent's flush) holds the GIL, one core at most. Two writer connections "
+    "with batches in flight at once were tried (2026-12-02): 9,085 and 11,587 durable msg/s "
+    "against one writer's 11,008 and 11,899 in the same hour, no gain on these 2 cores. The "
+    "same code measured 21,254 msg/s on this machine in an earlier run (code `2b734de`, "
+    "published at commit `5824019`): the figure moves with what else the shared machine runs. "
+    "What would move it: less CPU per turn (the indexer's tokenizing, the dicts), or more cores."
 )
 
 
