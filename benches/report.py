@@ -972,8 +972,9 @@ PG_WHY_CONCURRENT = (
     "turn's dicts, the agent's flush) holds the GIL, one core at most. Two writer connections "
     "with batches in flight at once were tried (2026-12-02): 9,085 and 11,587 durable msg/s "
     "against one writer's 11,008 and 11,899 in the same hour, no gain on these 2 cores. The "
-    "same code measured 21,254 msg/s on this machine in an earlier run (code `2b734de`, "
-    "published at commit `5824019`): the figure moves with what else the shared machine runs. "
+    "code before the append function (`2b734de`) measured 21,254 msg/s in a run earlier that "
+    "day (published at commit `5824019`) and 6,919 and 10,478 in that hour: the figure moves "
+    "with what else the shared machine runs. "
     "What would move it: less CPU per turn (the indexer's tokenizing, the dicts), or more cores."
 )
 
