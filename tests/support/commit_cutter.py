@@ -3,8 +3,9 @@
 Every connection through it is relayed byte for byte, until it is armed: the next ``COMMIT``
 of a store's write transaction (not its search indexer's, whose commits are relayed) is then
 either passed on to the server (which commits) or held back (so the transaction is rolled back
-when the connection goes), and the connection is cut before any answer comes back. The client is left not knowing whether its transaction committed, as
-when a server or a network goes away at that moment.
+when the connection goes), and the connection is cut before any answer comes back. The
+client is left not knowing whether its transaction committed, as when a server or a network
+goes away at that moment.
 """
 
 from __future__ import annotations
