@@ -1,6 +1,6 @@
 """Type stubs for the compiled core (``rust/src``). Checked by ``mypy.stubtest``."""
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from os import PathLike
 from typing import Any, Literal, TypeAlias, final
 
@@ -244,7 +244,10 @@ class Store:
         self, session_id: str, include_inactive: bool = False
     ) -> list[dict[str, Any]]: ...
     def get_conversation(
-        self, session_id: str, include_inactive: bool = False
+        self,
+        session_id: str,
+        include_inactive: bool = False,
+        mend_leaked_memory: Callable[[str], str] | None = None,
     ) -> list[dict[str, Any]]: ...
     def list_sessions(
         self, source: str | None = None, limit: int = 50, offset: int = 0

@@ -169,6 +169,33 @@ pub fn message_row<'py>(
     Ok(dict)
 }
 
+/// Whether a conversation row is a user or assistant message whose text
+/// names hermes-agent's recalled-memory fence (`memory-context`, in any
+/// case), so it may hold memory that leaked into the transcript. Cheap on
+/// every row of a load; the caller mends the few that do.
+pub fn may_hold_leaked_memory(r: RowRef<'_>) -> bool {
+    let role = r.text(conv::ROLE).map_or(&b""[..], |t| t.bytes);
+    if role != b"user" && role != b"assistant" {
+        return false;
+    }
+    r.text(conv::CONTENT).is_some_and(|t| {
+        !t.bytes.starts_with(CONTENT_JSON_PREFIX.as_bytes()) && names_memory_fence(t.bytes)
+    })
+}
+
+/// `memory-context` in `text`, ASCII case ignored: Python's case-blind
+/// match of these letters admits no other character, so this finds every
+/// text its pattern does. Looks only around hyphens (found by `memchr`).
+fn names_memory_fence(text: &[u8]) -> bool {
+    memchr::memchr_iter(b'-', text).any(|at| {
+        at >= 6
+            && text[at - 6..at].eq_ignore_ascii_case(b"memory")
+            && text
+                .get(at + 1..at + 8)
+                .is_some_and(|after| after.eq_ignore_ascii_case(b"context"))
+    })
+}
+
 /// A `messages` row (read with [`crate::model::CONVERSATION_COLUMNS`]) in the
 /// OpenAI conversation shape the agent replays: `role`, `content`, and each
 /// optional field only when it has a value.
@@ -250,6 +277,23 @@ fn role_string<'py>(py: Python<'py>, role: &[u8]) -> Bound<'py, PyString> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_memory_fence_is_found_in_any_case_and_only_whole() {
+        for text in ["<memory-context>", "x MeMoRy-CONTEXT y", "a-memory-context"] {
+            assert!(super::names_memory_fence(text.as_bytes()), "{text}");
+        }
+        for text in [
+            "memory context",
+            "memory-contex",
+            "emory-context",
+            "-context",
+            "memory-",
+            "",
+        ] {
+            assert!(!super::names_memory_fence(text.as_bytes()), "{text}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -149,17 +149,6 @@ fn rows_to_list<'py>(
     Ok(list)
 }
 
-fn append_rows<'py>(
-    list: &Bound<'py, PyList>,
-    table: &Table,
-    convert: impl Fn(Python<'py>, RowRef<'_>) -> PyResult<Bound<'py, PyDict>>,
-) -> PyResult<()> {
-    for r in table.rows() {
-        list.append(convert(list.py(), r)?)?;
-    }
-    Ok(())
-}
-
 impl Store {
     fn commit(&self, py: Python<'_>, op: WriteOp) -> PyResult<WriteOut> {
         let backend = &*self.backend;
@@ -498,13 +487,16 @@ impl Store {
         rows_to_list(py, &rows, decode::message_row)
     }
 
-    /// Messages in the OpenAI conversation shape, ordered by id.
-    #[pyo3(signature = (session_id, include_inactive = false))]
+    /// Messages in the OpenAI conversation shape, ordered by id. The content
+    /// of a user or assistant message that names the recalled-memory fence
+    /// is passed through `mend_leaked_memory` (the face's rule), if given.
+    #[pyo3(signature = (session_id, include_inactive = false, mend_leaked_memory = None))]
     fn get_conversation<'py>(
         &self,
         py: Python<'py>,
         session_id: &str,
         include_inactive: bool,
+        mend_leaked_memory: Option<Py<PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
         let _pause = GcPause::new(py);
         let backend = &*self.backend;
@@ -515,7 +507,19 @@ impl Store {
                 // Each table becomes dicts as it arrives, with the GIL taken
                 // back for it (and given up again while the next is read).
                 Python::attach(|py| {
-                    append_rows(list.bind(py), &table, decode::conversation_message)
+                    let list = list.bind(py);
+                    for r in table.rows() {
+                        let message = decode::conversation_message(py, r)?;
+                        if let Some(mend) = &mend_leaked_memory {
+                            if decode::may_hold_leaked_memory(r) {
+                                let content = pyo3::intern!(py, "content");
+                                let leaky = message.get_item(content)?;
+                                message.set_item(content, mend.call1(py, (leaky,))?)?;
+                            }
+                        }
+                        list.append(message)?;
+                    }
+                    Ok::<_, PyErr>(())
                 })
                 .map_err(|e| failed = Some(e))
                 .is_ok()

@@ -175,6 +175,15 @@ def test_leaked_recalled_memory_is_left_out_of_replayed_text(db: SessionDB) -> N
     assert assistant["content"] == "Visible answer" and assistant["api_content"] == leaked
     assert tool["content"] == leaked
     assert db.get_messages("s")[0]["content"] == leaked
+    # Any case of the fence; a structured content list is left as it is.
+    db.append_message("s", "user", "ask <MEMORY-Context>old</Memory-CONTEXT> now")
+    parts = [{"type": "text", "text": "<memory-context>kept</memory-context>"}]
+    db.append_message("s", "user", parts)
+    *_, shouty, structured = db.get_messages_as_conversation("s")
+    assert shouty["content"] == "ask  now" and structured["content"] == parts
+    db.create_session("child", "cli", parent_session_id="s")
+    lineage = db.get_messages_as_conversation("child", include_ancestors=True)
+    assert [m["content"] for m in lineage][:2] == ["Visible answer", leaked]
 
 
 def test_messages_around_one_and_the_session_bookends(db: SessionDB) -> None:

@@ -57,18 +57,11 @@ _MEMORY_CONTEXT = re.compile(
     r"|</?\s*memory-context\s*>",
     re.IGNORECASE)
 
-_MEMORY_CONTEXT_TAG = re.compile("memory-context", re.IGNORECASE)
 
-
-def _without_memory_context(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` with leaked recalled-memory text taken out of user and assistant
-    content (``api_content``, the text the model was sent, stays as it is)."""
-    for message in messages:
-        content = message["content"]
-        if (message["role"] in ("user", "assistant") and isinstance(content, str)
-                and _MEMORY_CONTEXT_TAG.search(content)):
-            message["content"] = _MEMORY_CONTEXT.sub("", content).strip()
-    return messages
+def _without_leaked_memory(content: str) -> str:
+    """``content`` (a user or assistant message's text, which the core found naming the
+    fence) with leaked recalled-memory text taken out."""
+    return _MEMORY_CONTEXT.sub("", content).strip()
 
 
 def _replays_a_user_prompt(messages: list[dict[str, Any]], message: dict[str, Any]) -> bool:
@@ -186,8 +179,8 @@ class Messages(StoreFace):
             messages = self._lineage_conversation(self._parent_chain(session_id),
                                                   include_inactive)
         else:
-            messages = _without_memory_context(
-                self._store.get_conversation(session_id, include_inactive))
+            messages = self._store.get_conversation(
+                session_id, include_inactive, mend_leaked_memory=_without_leaked_memory)
         return repaired_alternation(messages) if repair_alternation else messages
 
     def get_resume_conversations(
@@ -379,10 +372,11 @@ class Messages(StoreFace):
         replayed since the last answer."""
         messages: list[dict[str, Any]] = []
         for session in sessions:
-            for message in self._store.get_conversation(session, include_inactive):
+            for message in self._store.get_conversation(
+                    session, include_inactive, mend_leaked_memory=_without_leaked_memory):
                 if not _replays_a_user_prompt(messages, message):
                     messages.append(message)
-        return _without_memory_context(messages)
+        return messages
 
     def _require_session(self, session_id: str) -> None:
         if self._store.count("sessions", ("=", "id", session_id)) == 0:

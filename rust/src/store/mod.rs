@@ -18,6 +18,7 @@ mod own_appends;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod query;
+mod read_ahead;
 mod relation;
 pub mod search;
 pub mod sqlite;

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use futures_util::TryStreamExt;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::Client;
+use tokio_postgres::{Client, RowStream};
 
 use super::connection::{Link, Server};
 use super::error::classify;
@@ -17,8 +17,9 @@ use super::PgBackend;
 use crate::error::{Error, Result};
 use crate::model::{Table, CONVERSATION_COLUMNS, MESSAGE_COLUMNS};
 use crate::store::backoff::Backoff;
-use crate::store::{lock, Filter, Page, Query, Relation, Term};
+use crate::store::{lock, read_ahead, Filter, Page, Query, Relation, Term};
 
+use std::pin::Pin;
 use std::sync::{Arc, MutexGuard};
 
 fn messages_sql(columns: &str, include_inactive: bool) -> String {
@@ -189,8 +190,8 @@ impl PgBackend {
         self.read_retrying_while(
             || !handed_over.get(),
             |server, link| {
-                let rows = streamed_tables(&link.client, &sql, &id, columns.clone(), &mut sink);
-                server.block_on(rows).map_err(|e| classify(&self.at, e))
+                streamed_tables(server, &link.client, &sql, &id, columns.clone(), &mut sink)
+                    .map_err(|e| classify(&self.at, e))
             },
         )
     }
@@ -227,38 +228,57 @@ impl PgBackend {
     }
 }
 
-/// Rows in the first table a streamed read hands over: few, so the caller
-/// starts converting soon; then [`STREAMED_TABLE_ROWS`] a table.
+/// Rows read on the calling thread before a helper thread takes over the
+/// rest: a result this short is handed over with no thread woken.
 const FIRST_STREAMED_ROWS: usize = 64;
-const STREAMED_TABLE_ROWS: usize = 512;
+
+/// Rows per table the helper hands over: few, so the consumer starts on
+/// each soon after the server sent it.
+const STREAMED_TABLE_ROWS: usize = 128;
 
 /// The rows of `sql` (whose one parameter is the text `id`) handed to
-/// `sink` in tables of `columns`, until they end or `sink` returns false.
-async fn streamed_tables(
+/// `sink` in tables of `columns`, in order, on the calling thread, until
+/// they end or `sink` returns false. The first [`FIRST_STREAMED_ROWS`] are
+/// read here; a helper thread reads the rest (the link's protocol and the
+/// rows' parsing run on it) while `sink` takes the tables read so far.
+fn streamed_tables(
+    server: &Server,
     client: &Client,
     sql: &str,
     id: &str,
     columns: Arc<[String]>,
     sink: &mut dyn FnMut(Table) -> bool,
 ) -> std::result::Result<(), tokio_postgres::Error> {
-    let rows = client.query_typed_raw(sql, [(id, Type::TEXT)]).await?;
-    let mut rows = std::pin::pin!(rows);
-    let mut table = Table::new(columns);
-    let mut size = FIRST_STREAMED_ROWS;
-    while let Some(row) = rows.try_next().await? {
-        push_row(&mut table, &row)?;
-        if table.row_count() >= size {
-            let next = table.sized_like();
-            if !sink(std::mem::replace(&mut table, next)) {
-                return Ok(());
-            }
-            size = STREAMED_TABLE_ROWS;
+    let (mut rows, first, more) = server.block_on(async {
+        let rows = client.query_typed_raw(sql, [(id, Type::TEXT)]).await?;
+        let mut rows = Box::pin(rows);
+        let mut first = Table::new(columns);
+        // One row past the table: if it is there, more may follow.
+        let more = fill(&mut rows, &mut first, FIRST_STREAMED_ROWS + 1).await?;
+        Ok::<_, tokio_postgres::Error>((rows, first, more))
+    })?;
+    if !more {
+        sink(first);
+        return Ok(());
+    }
+    let next_rows =
+        move |table: &mut Table| server.block_on(fill(&mut rows, table, STREAMED_TABLE_ROWS));
+    read_ahead::read_rest_beside(first, next_rows, sink)
+}
+
+/// Moves up to `limit` rows of `rows` into `table`; false if they ran out first.
+async fn fill(
+    rows: &mut Pin<Box<RowStream>>,
+    table: &mut Table,
+    limit: usize,
+) -> std::result::Result<bool, tokio_postgres::Error> {
+    for _ in 0..limit {
+        match rows.try_next().await? {
+            Some(row) => push_row(table, &row)?,
+            None => return Ok(false),
         }
     }
-    if table.row_count() > 0 {
-        sink(table);
-    }
-    Ok(())
+    Ok(true)
 }
 
 /// Keeps `link` among the `idle` readers, or closes it when it is lost or

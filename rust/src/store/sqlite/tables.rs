@@ -3,14 +3,12 @@
 //! result is handed over table by table while a helper thread reads ahead.
 
 use std::ffi::{c_int, CStr};
-use std::sync::mpsc::{self, Receiver};
 use std::sync::Arc;
-use std::time::Duration;
 
 use rusqlite::{ffi, Connection, Rows, Statement};
 
 use crate::model::{Table, ValueRef};
-use crate::store::helper_threads;
+use crate::store::{helper_threads, read_ahead};
 
 /// Rows read on the calling thread before a sleeping helper takes over the
 /// rest: a result this short is read and handed over with no thread woken.
@@ -24,13 +22,6 @@ const TABLE_ROWS: usize = 16;
 /// The same when a helper is awake (one finished a job moments ago): it
 /// takes over at once, so the calling thread reads only a table's worth.
 const FIRST_TABLE_ROWS_HELPER_AWAKE: usize = TABLE_ROWS;
-
-/// Tables the helper reads ahead of the consumer at most (bounds memory).
-const TABLES_AHEAD: usize = 16;
-
-/// How long the consumer looks for the helper's next table awake before it
-/// sleeps: a few tables' read.
-const POLL_FOR_TABLE: Duration = Duration::from_micros(100);
 
 /// All rows of `sql` in one table.
 pub fn all(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<Table> {
@@ -63,34 +54,9 @@ pub fn read_ahead(
         sink(first);
         return Ok(());
     }
-    let second = first.sized_like();
-    let rows = Exclusive(rows);
-    let (tables, received) = mpsc::sync_channel(TABLES_AHEAD);
-    let read_rest = move || -> rusqlite::Result<()> {
-        let mut rows = rows.into_inner();
-        let mut table = second;
-        loop {
-            let more = rows.fill(&mut table, TABLE_ROWS)?;
-            let next = table.sized_like();
-            let sent = table.row_count() == 0 || tables.send(table).is_ok();
-            if !sent || !more {
-                return Ok(());
-            }
-            table = next;
-        }
-    };
-    let hand_over = move || {
-        let mut wanted = sink(first);
-        while wanted {
-            let Some(table) = next_table(&received) else {
-                break;
-            };
-            table.prefetch();
-            wanted = sink(table);
-        }
-        // `received` goes here: a helper still reading stops at its next table.
-    };
-    helper_threads::beside(read_rest, hand_over).0
+    let mut rows = Exclusive(rows);
+    let next_rows = move |table: &mut Table| rows.get_mut().fill(table, TABLE_ROWS);
+    read_ahead::read_rest_beside(first, next_rows, sink)
 }
 
 fn column_names(stmt: &Statement<'_>) -> Arc<[String]> {
@@ -212,11 +178,6 @@ unsafe fn cell<'a>(stmt: *mut ffi::sqlite3_stmt, column: c_int) -> ValueRef<'a> 
     }
 }
 
-/// The helper's next table; None once it is done (or failed).
-fn next_table(received: &Receiver<Table>) -> Option<Table> {
-    helper_threads::recv_awake_for(received, POLL_FOR_TABLE, || ())
-}
-
 /// A value that one thread at a time uses, moved to a helper thread.
 struct Exclusive<T>(T);
 
@@ -228,10 +189,10 @@ struct Exclusive<T>(T);
 unsafe impl<T> Send for Exclusive<T> {}
 
 impl<T> Exclusive<T> {
-    /// Taken out whole (a closure naming the field would capture only the
-    /// field, which is not Send).
-    fn into_inner(self) -> T {
-        self.0
+    /// Used through a method (a closure naming the field would capture only
+    /// the field, which is not Send).
+    fn get_mut(&mut self) -> &mut T {
+        &mut self.0
     }
 }
 
