@@ -4,6 +4,7 @@
 //! `error`, `model` and `store` are plain Rust; the rest is the Python
 //! extension, built with the default feature `python`.
 
+mod allocator;
 pub mod error;
 pub mod model;
 pub mod store;
@@ -24,11 +25,6 @@ pub mod py_store;
 pub mod pyjson;
 #[cfg(feature = "python")]
 pub mod tracker;
-
-// Transcript loads and flushes allocate many short-lived strings; mimalloc
-// keeps that churn out of glibc's arena locks and page zeroing.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[cfg(feature = "python")]
 #[pyo3::pymodule]
