@@ -6,7 +6,7 @@
 //! every 2 MiB region a thread's heap first touches is then zeroed whole:
 //! with one heap per thread, 50 conversations flushing from 50 threads spent
 //! ~0.45 s of a ~1 s run in the kernel zeroing pages (the `no_thp` feature in
-//! Cargo.toml; docs/SCALING.md has the figures). The process's own THP setting
+//! Cargo.toml; CHANGELOG.md has the figures). The process's own THP setting
 //! is left alone: memory that is not ours keeps whatever the host chose.
 
 #[global_allocator]
