@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import shutil
+import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from support import postgres
@@ -107,7 +109,9 @@ def mount_tmpfs(tmp_path: Path) -> Iterator[Callable[[str, str], Path]]:
 # SQLite must only be touched through hermes inside the test process: the
 # stdlib ``sqlite3`` is a second copy of SQLite, and two copies in one process
 # do not see each other's POSIX locks (closing one's file descriptor even drops
-# the other's locks). Independent looks at the file therefore run in a child.
+# the other's locks). Independent looks at the file therefore run in a child
+# (``sql`` reads, ``write_sql`` writes, ``hold_write_lock`` holds the lock), and
+# ``_one_sqlite_per_process`` fails a test that connects in this process.
 
 _HOLD_LOCK = """
 import sqlite3, sys
@@ -137,15 +141,39 @@ def write_lock_held(path: Path) -> Iterator[subprocess.Popen[str]]:
 
 
 def raw_sql(path: Path, sql: str) -> list[tuple[Any, ...]]:
-    """Runs a read-only query on the file from another process."""
-    script = ("import json, sqlite3, sys\n"
+    """Runs a read-only query on the file from another process: its rows, types kept."""
+    script = ("import pickle, sqlite3, sys\n"
               "con = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True)\n"
-              "print(json.dumps(con.execute(sys.argv[2]).fetchall()))\n")
-    out = subprocess.run([sys.executable, "-c", script, str(path), sql], capture_output=True,
-                         text=True, check=True)
-    import json
+              "sys.stdout.buffer.write(pickle.dumps(con.execute(sys.argv[2]).fetchall()))\n")
+    out = subprocess.run([sys.executable, "-c", script, str(path), sql], capture_output=True)
+    if out.returncode != 0:
+        raise AssertionError(f"reading {path} failed:\n{out.stderr.decode(errors='replace')}")
+    rows: list[tuple[Any, ...]] = pickle.loads(out.stdout)
+    return rows
 
-    return [tuple(row) for row in json.loads(out.stdout)]
+
+_FOREIGN_SQL = """
+import pickle, sqlite3, sys
+sql, params = pickle.load(sys.stdin.buffer)
+con = sqlite3.connect(sys.argv[1], timeout=10)
+if params is None:
+    con.executescript(sql)
+else:
+    con.execute(sql, params)
+con.commit()
+con.close()
+"""
+
+
+def foreign_sql(path: Path, sql: str, params: Sequence[Any] | None = None) -> None:
+    """Writes the file from another process, as another program would (its own SQLite,
+    triggers on, a 10 s busy timeout), and commits: ``sql`` as a script (``executescript``,
+    each statement its own transaction unless the script says ``BEGIN``), or, given
+    ``params``, the one statement ``sql`` bound to them."""
+    done = subprocess.run([sys.executable, "-c", _FOREIGN_SQL, str(path)], capture_output=True,
+                          input=pickle.dumps((sql, None if params is None else tuple(params))))
+    if done.returncode != 0:
+        raise AssertionError(f"writing {path} failed:\n{done.stderr.decode(errors='replace')}")
 
 
 @pytest.fixture
@@ -156,3 +184,33 @@ def hold_write_lock() -> Callable[[Path], contextlib.AbstractContextManager[subp
 @pytest.fixture
 def sql() -> Callable[[Path, str], list[tuple[Any, ...]]]:
     return raw_sql
+
+
+@pytest.fixture
+def write_sql() -> Callable[..., None]:
+    """``foreign_sql``: ``write_sql(path, script)`` or ``write_sql(path, statement, params)``."""
+    return foreign_sql
+
+
+@pytest.fixture(autouse=True)
+def _one_sqlite_per_process(request: pytest.FixtureRequest,
+                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fails a test that opens a stdlib ``sqlite3`` connection in the test process (see above)
+    unless it is marked ``own_sqlite``: its point is a connection of its own, and it never
+    opens a hermes store. Children (``raw_sql``, ``foreign_sql``, scripts run with
+    ``sys.executable``) are separate processes and unaffected."""
+    if request.node.get_closest_marker("own_sqlite") is not None:
+        return
+
+    def refused(*args: Any, **kwargs: Any) -> NoReturn:
+        pytest.fail(
+            f"sqlite3.connect{args!r} in the test process: stdlib sqlite3 in the test process "
+            "shares no locks with hermes' SQLite (a second copy of SQLite: POSIX locks are per "
+            "process, so it can truncate the -shm hermes has mapped, SIGBUS, and closing it "
+            "drops hermes' locks; README, \"One SQLite per process\"). Use the `sql` fixture "
+            "(a read-only query) or `write_sql` (SQL that writes), which run it in a child "
+            "process; a test whose point is a stdlib connection of its own and that never "
+            "opens a hermes store can be marked @pytest.mark.own_sqlite.", pytrace=False)
+
+    monkeypatch.setattr(sqlite3, "connect", refused)
+    monkeypatch.setattr(sqlite3.dbapi2, "connect", refused)

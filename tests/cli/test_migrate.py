@@ -1,7 +1,7 @@
 """``hermes migrate SOURCE TARGET`` run as a real process on real stores: ``state.db`` files
 and the test server that ``scripts/postgres`` starts. What arrives is compared row by row,
-column by column, with what left (read with Python's ``sqlite3`` once no store of ours has
-the file open): message ids, timestamps to the bit, ``\\0json:`` content, NUL bytes, JSON text
+column by column, with what left (read with Python's ``sqlite3`` in another process, the
+``sql`` fixture): message ids, timestamps to the bit, ``\\0json:`` content, NUL bytes, JSON text
 as another writer spaced it, rewound rows, parents, routing, meta, topics, handoffs, usage,
 stored responses. A second run copies nothing; a run killed with SIGKILL is finished by the
 next."""
@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -46,7 +45,7 @@ def migrate(home: Path, source: Path | str, target: Path | str,
     return summary
 
 
-def fill(path: Path) -> None:
+def fill(write_sql: Any, path: Path) -> None:
     """A store with something of every kind in it, the last rows written by another program
     (JSON spaced as Python's ``json`` writes it, a timestamp no short decimal prints)."""
     with SessionDB(path) as db:
@@ -75,33 +74,25 @@ def fill(path: Path) -> None:
                                session_key="agent:main:telegram:dm:42:7", session_id="z-root")
         db.save_response("resp_1", "caller-a", {"id": "resp_1"}, [{"role": "user"}],
                          session_id="z-root")
-    with sqlite3.connect(path) as other:
-        other.execute(
-            "INSERT INTO messages (session_id, role, content, tool_calls, timestamp) "
-            "VALUES ('z-root', 'assistant', ?, ?, ?)",
-            ("from another writer", json.dumps([{"id": "c2", "type": "function"}]),
-             1_700_000_001.000000119))
-        other.execute("UPDATE sessions SET message_count = message_count + 1 WHERE id = 'z-root'")
-    other.close()
+    write_sql(path, "INSERT INTO messages (session_id, role, content, tool_calls, timestamp) "
+                    "VALUES ('z-root', 'assistant', ?, ?, ?)",
+              ("from another writer", json.dumps([{"id": "c2", "type": "function"}]),
+               1_700_000_001.000000119))
+    write_sql(path, "UPDATE sessions SET message_count = message_count + 1 WHERE id = 'z-root'")
 
 
-def rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+def rows(sql: Any, path: Path) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every copied table, as SQLite holds it (types included)."""
-    with sqlite3.connect(path) as conn:
-        found = {table: conn.execute(f"SELECT * FROM {table} ORDER BY {order}").fetchall()
-                 for table, order in TABLES.items()}
-    conn.close()
-    return found
+    return {table: sql(path, f"SELECT * FROM {table} ORDER BY {order}")
+            for table, order in TABLES.items()}
 
 
-def index_state(path: Path) -> tuple[int, int, int]:
+def index_state(sql: Any, path: Path) -> tuple[int, int, int]:
     """Word index rows, trigram index rows, pending ranges."""
-    with sqlite3.connect(path) as conn:
-        counts = tuple(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
-                       for table in ("messages_fts", "messages_fts_trigram",
-                                     "hermes_fts_pending"))
-    conn.close()
-    return counts  # type: ignore[return-value]
+    [counts] = sql(path, "SELECT (SELECT COUNT(*) FROM messages_fts),"
+                         " (SELECT COUNT(*) FROM messages_fts_trigram),"
+                         " (SELECT COUNT(*) FROM hermes_fts_pending)")
+    return counts  # type: ignore[no-any-return]
 
 
 def search(home: Path, store: Path | str, query: str) -> list[str]:
@@ -112,20 +103,20 @@ def search(home: Path, store: Path | str, query: str) -> list[str]:
 
 
 def test_a_file_copied_into_a_new_file_is_row_for_row_the_same_and_searchable(
-        hermes_home: Path, tmp_path: Path) -> None:
+        hermes_home: Path, tmp_path: Path, sql: Any, write_sql: Any) -> None:
     source, target = tmp_path / "source.db", tmp_path / "nested" / "target.db"
-    fill(source)
+    fill(write_sql, source)
     target.parent.mkdir()
     summary = migrate(hermes_home, source, target)
-    before = rows(source)
-    assert rows(target) == before
+    before = rows(sql, source)
+    assert rows(sql, target) == before
     assert summary["copied"] == sum(len(r) for r in before.values())
     assert summary["relations"]["messages"] == {"in_source": 7, "read": 7, "copied": 7,
                                                 "already_there": 0}
     assert summary["source"] == str(source) and summary["target"] == str(target)
     # The search index was filled from the copied rows (the rewound one included, as
     # appended rows are), nothing left pending.
-    assert index_state(target) == (7, 7, 0)
+    assert index_state(sql, target) == (7, 7, 0)
     assert search(hermes_home, target, "egret") == ["z-root"]
     assert search(hermes_home, target, "rewound") == []
     with SessionDB(target) as db:
@@ -135,28 +126,28 @@ def test_a_file_copied_into_a_new_file_is_row_for_row_the_same_and_searchable(
 
 
 def test_a_second_run_copies_nothing_and_a_later_one_only_what_is_new(
-        hermes_home: Path, tmp_path: Path) -> None:
+        hermes_home: Path, tmp_path: Path, sql: Any, write_sql: Any) -> None:
     source, target = tmp_path / "source.db", tmp_path / "target.db"
-    fill(source)
+    fill(write_sql, source)
     first = migrate(hermes_home, source, target)
     again = migrate(hermes_home, source, target)
     assert again["copied"] == 0 and again["already_there"] == first["copied"]
-    assert rows(target) == rows(source)
+    assert rows(sql, target) == rows(sql, source)
     with SessionDB(source) as db:
         db.append_message("a-child", "assistant", "new since the first run")
         db.create_session("later", "cli")
     later = migrate(hermes_home, source, target)
     assert later["copied"] == 2
     assert later["relations"]["messages"]["copied"] == 1
-    assert rows(target) == rows(source)
-    assert index_state(target)[0] == 8
+    assert rows(sql, target) == rows(sql, source)
+    assert index_state(sql, target)[0] == 8
 
 
 @needs_server
 def test_through_postgresql_and_back_every_row_is_bit_for_bit_the_same(
-        hermes_home: Path, tmp_path: Path) -> None:
+        hermes_home: Path, tmp_path: Path, sql: Any, write_sql: Any) -> None:
     source, back = tmp_path / "source.db", tmp_path / "back.db"
-    fill(source)
+    fill(write_sql, source)
     server = postgres.fresh_store()
     there = migrate(hermes_home, source, server)
     assert there["relations"]["messages"]["copied"] == 7
@@ -166,10 +157,10 @@ def test_through_postgresql_and_back_every_row_is_bit_for_bit_the_same(
         assert db.get_session("a-child")["parent_session_id"] == "z-root"
         # A gateway writing there next gets ids past the copied ones.
         new_id = db.append_message("z-root", "user", "written on the server")
-    assert new_id > max(row[0] for row in rows(source)["messages"])
+    assert new_id > max(row[0] for row in rows(sql, source)["messages"])
     assert migrate(hermes_home, source, server)["copied"] == 0
     migrate(hermes_home, server, back)
-    arrived, left = rows(back), rows(source)
+    arrived, left = rows(sql, back), rows(sql, source)
     assert arrived["messages"][:-1] == left["messages"]
     assert arrived["messages"][-1][3] == "written on the server"
     # z-root's count moved with the server's own append; every other row is the same.
@@ -177,7 +168,7 @@ def test_through_postgresql_and_back_every_row_is_bit_for_bit_the_same(
         [r for r in left["sessions"] if r[0] != "z-root"]
     assert {t: r for t, r in arrived.items() if t not in ("messages", "sessions")} == \
         {t: r for t, r in left.items() if t not in ("messages", "sessions")}
-    assert index_state(back) == (8, 8, 0)
+    assert index_state(sql, back) == (8, 8, 0)
 
 
 def big_source(path: Path, sessions: int = 60, per_session: int = 500) -> int:
@@ -189,16 +180,13 @@ def big_source(path: Path, sessions: int = 60, per_session: int = 500) -> int:
     return sessions * per_session
 
 
-def message_rows(store: Path | str) -> int:
+def message_rows(sql: Any, store: Path | str) -> int:
     if isinstance(store, Path):
         if not store.exists():
             return 0
-        with sqlite3.connect(store) as conn:
-            try:
-                found: int = conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
-            except sqlite3.OperationalError:  # the schema is not there yet
-                found = 0
-        conn.close()
+        if sql(store, "SELECT COUNT(*) FROM sqlite_schema WHERE name = 'messages'") == [(0,)]:
+            return 0  # the schema is not there yet
+        found: int = sql(store, "SELECT COUNT(*) FROM messages")[0][0]
         return found
     with SessionDB(store) as db:
         return db.message_count()
@@ -206,7 +194,7 @@ def message_rows(store: Path | str) -> int:
 
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=needs_server)])
 def test_a_copy_killed_mid_way_is_finished_by_running_it_again(
-        hermes_home: Path, tmp_path: Path, kind: str) -> None:
+        hermes_home: Path, tmp_path: Path, kind: str, sql: Any) -> None:
     source = tmp_path / "source.db"
     total = big_source(source)
     target: Path | str = tmp_path / "target.db" if kind == "sqlite" else postgres.fresh_store()
@@ -214,22 +202,23 @@ def test_a_copy_killed_mid_way_is_finished_by_running_it_again(
                                 "200"], env=child_env(hermes_home), stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while message_rows(target) == 0 and process.poll() is None and time.monotonic() < deadline:
+    while (message_rows(sql, target) == 0 and process.poll() is None
+           and time.monotonic() < deadline):
         time.sleep(0.01)
     process.send_signal(signal.SIGKILL)
     process.wait()
-    cut = message_rows(target)
+    cut = message_rows(sql, target)
     assert 0 < cut < total, f"killed after {cut} of {total} messages: not mid-way"
     summary = migrate(hermes_home, source, target, "--page-rows", "200")
     assert summary["relations"]["messages"]["copied"] == total - cut
-    assert message_rows(target) == total
+    assert message_rows(sql, target) == total
     if isinstance(target, Path):
-        assert rows(target) == rows(source)
-        assert index_state(target) == (total, total, 0)
+        assert rows(sql, target) == rows(sql, source)
+        assert index_state(sql, target) == (total, total, 0)
     else:
         back = tmp_path / "back.db"
         migrate(hermes_home, target, back)
-        assert rows(back) == rows(source)
+        assert rows(sql, back) == rows(sql, source)
     with SessionDB(target) as db:
         assert {db.get_session(f"s{n:03d}")["message_count"] for n in range(60)} == {500}
 
@@ -257,13 +246,13 @@ def test_progress_is_plain_lines_when_piped_and_a_bar_on_a_terminal(
     assert "rows read (done)" not in (shown.before or "")
 
 
-def test_failures_are_one_line(hermes_home: Path, tmp_path: Path) -> None:
+def test_failures_are_one_line(hermes_home: Path, tmp_path: Path, write_sql: Any) -> None:
     source, target = tmp_path / "source.db", tmp_path / "target.db"
     missing = one_line_failure(hermes(hermes_home, "migrate", str(tmp_path / "none.db"),
                                       str(target)))
     assert "no store at" in missing and "none.db" in missing
     assert not target.exists()
-    fill(source)
+    fill(write_sql, source)
     (tmp_path / "link.db").symlink_to(source)
     same = one_line_failure(hermes(hermes_home, "migrate", str(source),
                                    str(tmp_path / "link.db")))

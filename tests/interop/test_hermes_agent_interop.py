@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import tempfile
 from pathlib import Path
@@ -138,23 +137,21 @@ def tool_calls_in(messages: list[dict[str, Any]]) -> int:
 TIMESTAMP_INDEXES = {"idx_messages_session", "idx_messages_session_active"}
 
 
-def timestamp_indexes(path: Path) -> set[str]:
+def timestamp_indexes(sql: Any, path: Path) -> set[str]:
     """Which of hermes-agent's session-by-timestamp indexes the file has (we
     create neither; it creates both when it opens a file). Asserts on the way
     that the file passes ``PRAGMA integrity_check``, which checks every index
-    against its table: whoever wrote last kept the indexes that exist whole."""
-    conn = sqlite3.connect(path)
-    try:
-        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'index'")}
-        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-        return names & TIMESTAMP_INDEXES
-    finally:
-        conn.close()
+    against its table: whoever wrote last kept the indexes that exist whole.
+    Read by another process (``sql``): never a second SQLite in this one."""
+    names = {r[0] for r in sql(path, "SELECT name FROM sqlite_schema WHERE type = 'index'")}
+    assert sql(path, "PRAGMA integrity_check") == [("ok",)]
+    return names & TIMESTAMP_INDEXES
 
 
 # -- a file we write ------------------------------------------------------------------
 
-def test_file_we_write_reads_identically_in_hermes_agent_and_it_can_append(tmp_path: Path, hermes_home: Path) -> None:
+def test_file_we_write_reads_identically_in_hermes_agent_and_it_can_append(tmp_path: Path, hermes_home: Path,
+                                                                           sql: Any) -> None:
     path = tmp_path / "state.db"
     first = turn_one()
     with SessionDB(path) as db:
@@ -162,10 +159,10 @@ def test_file_we_write_reads_identically_in_hermes_agent_and_it_can_append(tmp_p
         assert agent._flush_messages_to_session_db(first) is True
         # A table of ours in the same file (the api_server's stored responses).
         db.save_response("resp_1", "key:k", {"id": "resp_1"}, [{"role": "user", "content": "hi"}])
-    assert timestamp_indexes(path) == set()
+    assert timestamp_indexes(sql, path) == set()
 
     theirs = peer("read", path, "ours-1", hermes_home)
-    assert timestamp_indexes(path) == TIMESTAMP_INDEXES
+    assert timestamp_indexes(sql, path) == TIMESTAMP_INDEXES
     assert shape(theirs["conversation"]) == shape(first)
     assert theirs["message_count"] == theirs["rows"] == len(first)
     assert theirs["tool_call_count"] == tool_calls_in(first)
@@ -192,7 +189,7 @@ def test_file_we_write_reads_identically_in_hermes_agent_and_it_can_append(tmp_p
         assert session["message_count"] == len(db.get_messages("ours-1")) == len(first + second + third)
 
     # Our writes kept its indexes whole (integrity_check covers every index).
-    assert timestamp_indexes(path) == TIMESTAMP_INDEXES
+    assert timestamp_indexes(sql, path) == TIMESTAMP_INDEXES
     theirs = peer("read", path, "ours-1", hermes_home)
     assert shape(theirs["conversation"]) == shape(first + second + third)
     assert theirs["message_count"] == theirs["rows"] == len(first + second + third)

@@ -66,14 +66,6 @@ def crashed_writer(path: Path, session: str, texts: list[str], *, hold_lock: boo
         assert proc.wait(timeout=10) == 0
 
 
-def raw_write(path: Path, script: str) -> None:
-    """Runs ``script`` on the file in another process, as another program (triggers on)."""
-    subprocess.run([sys.executable, "-c",
-                    "import sqlite3, sys; c = sqlite3.connect(sys.argv[1], timeout=10); "
-                    "c.executescript(sys.argv[2]); c.commit(); c.close()", str(path), script],
-                   check=True)
-
-
 def counts(sql: Any, path: Path) -> tuple[int, int, int]:
     """(message rows, messages_fts rows, pending ranges), read by another process."""
     [row] = sql(path, "SELECT (SELECT COUNT(*) FROM messages), (SELECT COUNT(*) FROM messages_fts),"
@@ -157,12 +149,13 @@ def test_close_gives_up_on_a_locked_file_and_leaves_the_rows_pending(db_path: Pa
     assert counts(sql, db_path) == (1, 1, 0)
 
 
-def test_a_row_another_program_indexed_is_not_indexed_twice(db_path: Path, sql: Any) -> None:
+def test_a_row_another_program_indexed_is_not_indexed_twice(db_path: Path, sql: Any,
+                                                            write_sql: Any) -> None:
     SessionDB(db_path).close()
     with crashed_writer(db_path, "lost", ["first draft", "second draft", "third draft"]):
         pass
     # hermes-agent edits a pending row before we open the file: its update trigger indexes it.
-    raw_write(db_path, "UPDATE messages SET content = 'final text' WHERE content = 'second draft'")
+    write_sql(db_path, "UPDATE messages SET content = 'final text' WHERE content = 'second draft'")
     assert counts(sql, db_path) == (3, 1, 1)
     db = SessionDB(db_path)
     assert [h["content"] for h in db.search_messages("final")] == ["final text"]

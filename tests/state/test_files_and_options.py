@@ -4,13 +4,10 @@ and ``AsyncSessionDB``."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import os
-import sqlite3
 import stat
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -144,19 +141,17 @@ def test_empty_file_becomes_a_database(tmp_path: Path) -> None:
     db.close()
 
 
-def test_schema_sql_is_the_ddl_of_a_file_we_create(tmp_path: Path) -> None:
+def test_schema_sql_is_the_ddl_of_a_file_we_create(tmp_path: Path, sql: Any,
+                                                   write_sql: Any) -> None:
     def schema(path: Path) -> set[tuple[str, str]]:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
-            return set(conn.execute("SELECT name, sql FROM sqlite_schema WHERE sql IS NOT NULL"))
+        return set(sql(path, "SELECT name, sql FROM sqlite_schema WHERE sql IS NOT NULL"))
 
     ours = tmp_path / "ours.db"
     SessionDB(ours).close()
     scripted = tmp_path / "scripted.db"
-    with contextlib.closing(sqlite3.connect(scripted)) as conn:
-        conn.executescript(SCHEMA_SQL)
+    write_sql(scripted, SCHEMA_SQL)
     assert schema(scripted) == schema(ours)
-    with contextlib.closing(sqlite3.connect(f"file:{ours}?mode=ro", uri=True)) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+    assert sql(ours, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
     assert SCHEMA_VERSION == 22  # hermes-agent 0.19.0's
 
 
@@ -354,16 +349,14 @@ INSERT INTO messages_fts_trigram(rowid, content)
 """
 
 
-def test_triggers_another_program_added_still_fire_for_our_writes(tmp_path: Path, sql: Any) -> None:
+def test_triggers_another_program_added_still_fire_for_our_writes(tmp_path: Path, sql: Any,
+                                                                  write_sql: Any) -> None:
     path = tmp_path / "state.db"
     db = SessionDB(path)
     db.create_session("s1", "cli")
     db.append_message("s1", "user", "first 東京タワー")
     db.close()
-    subprocess.run([sys.executable, "-c",
-                    "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
-                    "c.executescript(sys.argv[2]); c.commit(); c.close()", str(path), AGENT_TRIGRAM_DDL],
-                   check=True)
+    write_sql(path, AGENT_TRIGRAM_DDL)
     db = SessionDB(path)
     db.append_message("s1", "user", "second 大阪城公園")
     db.append_messages("s1", [{"role": "user", "content": "third 名古屋城"}])

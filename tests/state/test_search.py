@@ -4,7 +4,6 @@ context of each hit, and a damaged index rebuilt from the messages."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -186,15 +185,16 @@ def test_sort_by_time_newest_or_oldest_first(db: SessionDB) -> None:
     assert sorted(times("by relevance")) == [100.0, 200.0, 300.0]
 
 
-def test_rewound_rows_are_hidden_unless_asked_for(db: SessionDB, db_path: Path) -> None:
+def test_rewound_rows_are_hidden_unless_asked_for(db: SessionDB, db_path: Path,
+                                                 write_sql: Any) -> None:
     db.create_session("s", "cli")
     db.append_message("s", "user", "kept docker")
     db.append_message("s", "user", "rewound docker")
     db.append_message("s", "user", "compacted docker")
     assert len(db.search_messages("docker")) == 3  # indexed before the other writer's update
-    with sqlite3.connect(db_path) as other:
-        other.execute("UPDATE messages SET active = 0 WHERE content LIKE 'rewound%'")
-        other.execute("UPDATE messages SET active = 0, compacted = 1 WHERE content LIKE 'compacted%'")
+    write_sql(db_path, "BEGIN; UPDATE messages SET active = 0 WHERE content LIKE 'rewound%'; "
+                       "UPDATE messages SET active = 0, compacted = 1 WHERE content LIKE 'compacted%'; "
+                       "COMMIT;")
     found = {h["content"] for h in db.search_messages("docker")}
     assert found == {"kept docker", "compacted docker"}
     assert len(db.search_messages("docker", include_inactive=True)) == 3
@@ -225,16 +225,15 @@ def test_chinese_japanese_and_korean_text_is_found(db: SessionDB, query: str,
     assert all(query.split()[0] in h["snippet"] for h in hits)
 
 
-def test_a_file_without_the_trigram_index_gets_it_filled(db_path: Path) -> None:
+def test_a_file_without_the_trigram_index_gets_it_filled(db_path: Path, sql: Any,
+                                                         write_sql: Any) -> None:
     with SessionDB(db_path) as db:
         db.create_session("s", "cli")
         db.append_message("s", "user", "记忆断裂问题")
-    with sqlite3.connect(db_path) as other:
-        other.executescript("DROP TABLE messages_fts_trigram;")
+    write_sql(db_path, "DROP TABLE messages_fts_trigram;")
     with SessionDB(db_path) as db:
         assert [h["content"] for h in db.search_messages("记忆断裂")] == ["记忆断裂问题"]
-    with sqlite3.connect(db_path) as other:
-        assert other.execute("SELECT COUNT(*) FROM messages_fts_trigram").fetchone() == (1,)
+    assert sql(db_path, "SELECT COUNT(*) FROM messages_fts_trigram") == [(1,)]
 
 
 def test_optimize_and_rebuild_keep_every_hit(searchable: SessionDB) -> None:
@@ -245,13 +244,11 @@ def test_optimize_and_rebuild_keep_every_hit(searchable: SessionDB) -> None:
     assert searchable.search_messages("brown") == before
 
 
-def test_rebuild_recovers_a_damaged_index(db: SessionDB, db_path: Path) -> None:
+def test_rebuild_recovers_a_damaged_index(db: SessionDB, db_path: Path, write_sql: Any) -> None:
     db.create_session("s", "cli")
     db.append_message("s", "user", "the walrus speaks")
     assert db.search_messages("walrus")
-    with sqlite3.connect(db_path) as other:
-        other.execute("DELETE FROM messages_fts")
-        other.execute("DELETE FROM messages_fts_trigram")
+    write_sql(db_path, "BEGIN; DELETE FROM messages_fts; DELETE FROM messages_fts_trigram; COMMIT;")
     assert db.search_messages("walrus") == []
     assert db.rebuild_fts() == 2
     assert [h["content"] for h in db.search_messages("walrus")] == ["the walrus speaks"]

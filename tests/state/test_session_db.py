@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -350,7 +348,7 @@ def conversation_shape(row: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("length", [64, 65, 66, 97, 1000])
 def test_long_conversation_matches_get_messages_row_for_row(
-    db: SessionDB, db_path: Path, length: int
+    db: SessionDB, db_path: Path, length: int, write_sql: Any
 ) -> None:
     # Past 64 rows a helper thread reads the rest (in tables of 32) while the
     # rows read so far become dicts: lengths at and across the table edges.
@@ -368,12 +366,8 @@ def test_long_conversation_matches_get_messages_row_for_row(
                               tool_name="terminal", timestamp=1000.0 + i)
     # Text another writer stored as invalid UTF-8, in the middle of the transcript
     # (from another process: a second SQLite in this one would drop our file locks).
-    foreign = ("import sqlite3, sys\n"
-               "con = sqlite3.connect(sys.argv[1], timeout=10)\n"
-               "con.execute(\"INSERT INTO messages (session_id, role, content, timestamp, active)"
-               " VALUES ('s1', 'user', CAST(x'6f6bff21' AS TEXT), 0, 1)\")\n"
-               "con.commit()\n")
-    subprocess.run([sys.executable, "-c", foreign, str(db_path)], check=True)
+    write_sql(db_path, "INSERT INTO messages (session_id, role, content, timestamp, active)"
+                       " VALUES ('s1', 'user', CAST(x'6f6bff21' AS TEXT), 0, 1)")
     db.append_messages("s1", [{"role": "user", "content": f"later {i}"}
                               for i in range(length - half - 1)])
     rows = db.get_messages("s1")

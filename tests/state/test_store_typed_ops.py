@@ -3,8 +3,8 @@ with the ``Select``/``Insert``/``Update``/``Delete``/``Append`` classes, on a re
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -125,14 +125,14 @@ def test_bad_names_and_shapes_are_refused_clearly_and_write_nothing(store: Store
     assert store.count("sessions") == 3 and store.count("messages") == 0
 
 
-def test_columns_and_location_describe_the_open_store(store: Store, tmp_path: Path) -> None:
+def test_columns_and_location_describe_the_open_store(store: Store, tmp_path: Path,
+                                                      write_sql: Any) -> None:
     assert store.location == str(tmp_path / "state.db")
     assert {"id", "source", "message_count", "archived"} <= set(store.columns("sessions"))
     assert store.columns("gateway_routing")[:2] == ["scope", "session_key"]
     # A column another program added is known to the next store that opens the file.
     store.close()
-    with sqlite3.connect(tmp_path / "state.db") as other:
-        other.execute("ALTER TABLE sessions ADD COLUMN their_column TEXT")
+    write_sql(tmp_path / "state.db", "ALTER TABLE sessions ADD COLUMN their_column TEXT")
     again = Store(tmp_path / "state.db")
     again.write([Update("sessions", ("=", "id", "a"), {"their_column": "x"})])
     assert again.query("sessions", columns=["their_column"], where=("=", "id", "a")) == [

@@ -4,8 +4,8 @@ kept across reopening, read and deleted only by their caller, an id stored once.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,14 +37,13 @@ def test_a_response_is_kept_and_reached_by_its_caller_only(db_path: Path) -> Non
         assert db.response_count() == 0
 
 
-def test_the_table_is_ours_and_created_in_an_existing_file(db_path: Path) -> None:
+def test_the_table_is_ours_and_created_in_an_existing_file(db_path: Path, sql: Any,
+                                                           write_sql: Any) -> None:
     # A file made before the table existed (as hermes-agent's own file is) gets it on open.
-    with sqlite3.connect(db_path) as conn:
-        conn.execute("CREATE TABLE unrelated (x)")
+    write_sql(db_path, "CREATE TABLE unrelated (x)")
     with SessionDB(db_path) as db:
         db.save_response("resp_2", "anonymous", {}, [])
-    with sqlite3.connect(db_path) as conn:
-        names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    names = {row[0] for row in sql(db_path, "SELECT name FROM sqlite_master")}
     assert {"hermes_responses", "unrelated", "sessions"} <= names
 
 
