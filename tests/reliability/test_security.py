@@ -21,10 +21,10 @@ import json
 import os
 import re
 import stat
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -317,15 +317,13 @@ REVIEWED_SQL_FORMATS = {
                   "(n.timestamp, n.id) {cmp} (h.timestamp, h.id) ORDER BY n.timestamp {dir}, "
                   "n.id {dir} LIMIT 1)"):
         "string literals: '<' or '>', 'ASC' or 'DESC'",
-    ("search.rs", "SELECT m.id, substr({INDEXED_TEXT}, max(1, instr({INDEXED_TEXT}, {first}) - "
-                  "40), 120) AS snippet, {HIT_COLUMNS}, 0 AS hit_rank FROM messages m JOIN "
-                  "sessions s ON s.id = m.session_id WHERE {found}{filters} ORDER BY m.timestamp "
-                  "DESC, m.id DESC {page}"):
-        "the constants INDEXED_TEXT and HIT_COLUMNS; a parameter (the first term is bound); "
-        "the term conditions below joined by AND / OR / AND NOT (or the literal 0); the "
-        "filters and page of Statement",
-    ("search.rs", "COALESCE(m.content LIKE {n} ESCAPE '\\\\' OR m.tool_name LIKE {n} ESCAPE "
-                  "'\\\\' OR m.tool_calls LIKE {n} ESCAPE '\\\\', 0)"):
+    ("substrings.rs", "SELECT m.id, {snippet} AS snippet, {HIT_COLUMNS}, 0 AS hit_rank FROM "
+                      "messages m JOIN sessions s ON s.id = m.session_id WHERE {found}{filters} "
+                      "ORDER BY m.timestamp DESC, m.id DESC {page}"):
+        "the substring snippet below; the constant HIT_COLUMNS; the term conditions below "
+        "joined by AND / OR / AND NOT (or the literal 0); the filters and page of Statement",
+    ("substrings.rs", "COALESCE(m.content LIKE {n} ESCAPE '\\\\' OR m.tool_name LIKE {n} ESCAPE "
+                      "'\\\\' OR m.tool_calls LIKE {n} ESCAPE '\\\\', 0)"):
         "a parameter (Statement::bind's ?N; each term's pattern is bound)",
     ("search.rs", "SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {table} MATCH ?1 LIMIT "
                   "{FEW_MATCHES})"):
@@ -334,17 +332,36 @@ REVIEWED_SQL_FORMATS = {
         "a literal FROM clause; the source filters of Statement (literal clauses and bound "
         "parameters)",
     ("search.rs", "SELECT m.id {from}{sources} AND m.active = 1 UNION ALL SELECT m.id "
-                  "{from}{sources} AND m.active IS NOT 1 AND m.compacted = 1"):
+                  "{from}{sources} AND m.active < 1 AND m.compacted = 1 UNION ALL SELECT m.id "
+                  "{from}{sources} AND m.active > 1 AND m.compacted = 1 UNION ALL SELECT m.id FROM "
+                  "messages m WHERE m.active IS NULL AND m.compacted = 1 AND m.session_id IN "
+                  "(SELECT s.id FROM sessions s WHERE 1{sources})"):
         "a literal FROM clause; the source filters of Statement (literal clauses and bound "
         "parameters)",
     ("search.rs", "SELECT {table}.rowid, {table}.rank FROM {table} WHERE {table} MATCH ?1 AND "
                   "{function}({table}.rowid)"):
         "a literal index table name; the constant name of the admitted-ids function",
-    ("search.rs", "SELECT m.id, (SELECT snippet({table}, 0, '>>>', '<<<', '...', 40) FROM {table} "
-                  "WHERE {table} MATCH ?1 AND {table}.rowid = m.id) AS snippet, {HIT_COLUMNS}, "
-                  "p.key AS hit_rank FROM json_each(?2) p JOIN messages m ON m.id = p.value JOIN "
-                  "sessions s ON s.id = m.session_id"):
-        "a literal index table name; the constant HIT_COLUMNS (the query and the ids are bound)",
+    ("search.rs", "SELECT m.id, {snippet} AS snippet, {HIT_COLUMNS}, p.key AS hit_rank FROM "
+                  "json_each(?2) p JOIN messages m ON m.id = p.value JOIN sessions s ON s.id = "
+                  "m.session_id"):
+        "one of the two snippets of substrings.rs' Snippet; the constant HIT_COLUMNS (the "
+        "query and the ids are bound)",
+    ("substrings.rs", "(SELECT snippet({table}, 0, '>>>', '<<<', '...', 40) FROM {table} WHERE "
+                      "{table} MATCH ?1 AND {table}.rowid = m.id)"):
+        "a literal index table name (the query is bound)",
+    ("substrings.rs", "substr({INDEXED_TEXT}, max(1, instr({INDEXED_TEXT}, ?1) - 40), 120)"):
+        "the constant INDEXED_TEXT (the term is bound)",
+    ("substrings.rs", "SELECT term FROM {VOCABULARY} WHERE term >= ?1 AND term <= ?2"):
+        "the constant name of the temporary vocabulary table (the bounds are bound)",
+    ("substrings.rs", "CREATE VIRTUAL TABLE IF NOT EXISTS {VOCABULARY} USING fts5vocab(main, "
+                      "{TRIGRAMS}, row)"):
+        "the constant names of the temporary vocabulary table and of the trigram index",
+    ("substrings.rs", "SELECT m.id FROM {TABLE} CROSS JOIN messages m ON m.id = {TABLE}.rowid"
+                      "{sessions} WHERE {TABLE} MATCH ?1{filters} ORDER BY m.timestamp DESC, "
+                      "m.id DESC {page}"):
+        "the constant trigram index name; a literal join of sessions or nothing; the "
+        "admitted-ids function's constant name, the filters and page of Statement (the query "
+        "is bound)",
     ("search.rs", "(SELECT value FROM json_each({}))"):
         "a parameter (Statement::bind's ?N: the listed values as one bound JSON text)",
     ("search.rs", " AND {table}.rowid >= (SELECT MIN(id) FROM messages WHERE session_id = {id}) "
@@ -467,26 +484,18 @@ def test_hostile_names_and_values_are_refused_or_stored_verbatim(tmp_path: Path)
         assert db.search_messages('"DROP TABLE messages"')[0]["content"] == hostile
 
 
-_ADD_COLUMN = """
-import sqlite3, sys
-con = sqlite3.connect(sys.argv[1])
-con.execute('ALTER TABLE sessions ADD COLUMN "%s" TEXT' % sys.argv[2].replace('"', '""'))
-con.commit()
-"""
-
-
-def test_column_names_from_the_file_cannot_inject_sql(tmp_path: Path) -> None:
+def test_column_names_from_the_file_cannot_inject_sql(tmp_path: Path, write_sql: Any) -> None:
     db_path = tmp_path / "state.db"
     with SessionDB(db_path) as db:
         db.create_session("mine", "cli")
         db.create_session("victim", "cli")
     trap = "end_reason = 'pwned' WHERE 1 OR ?1 OR ?2 --"
+    quoted = trap.replace('"', '""')
     if postgres.ENABLED:  # the same column added on the server, by psql
-        quoted = trap.replace('"', '""')
         postgres.psql(f'ALTER TABLE sessions ADD COLUMN "{quoted}" text',
                       url=postgres.store_url(db_path))
-    else:
-        subprocess.run([os.sys.executable, "-c", _ADD_COLUMN, str(db_path), trap], check=True)
+    else:  # by another program's SQLite
+        write_sql(db_path, f'ALTER TABLE sessions ADD COLUMN "{quoted}" TEXT')
     with SessionDB(db_path) as db:
         try:
             db.update_session("mine", **{trap: "value"})

@@ -26,6 +26,7 @@ mod schema;
 mod search;
 mod search_index;
 mod sql;
+mod substrings;
 mod tables;
 #[cfg(test)]
 mod test_support;

@@ -9,12 +9,13 @@ use rusqlite::{params, params_from_iter, Connection};
 use super::admitted::{self, IdSet};
 use super::busy::with_busy_retry;
 use super::error::{classify, note_short_read};
-use super::search_index::{CATCH_UP_CHUNK_ROWS, INDEXED_TEXT};
+use super::search_index::CATCH_UP_CHUNK_ROWS;
+use super::substrings::{self, Snippet};
 use super::{schema, tables, SqliteBackend};
 use crate::error::{Error, Result};
 use crate::model::Table;
 use crate::store::lock;
-use crate::store::search::{Expr, Route, Search, SearchOrder, Terms};
+use crate::store::search::{Route, Search, SearchOrder, Terms};
 
 /// The last id of the pending ranges (None when nothing is pending).
 pub fn pending_up_to(conn: &Connection) -> rusqlite::Result<Option<i64>> {
@@ -23,7 +24,7 @@ pub fn pending_up_to(conn: &Connection) -> rusqlite::Result<Option<i64>> {
 }
 
 /// The columns of a hit, after its index's own (`id`, `snippet`, `rank`).
-const HIT_COLUMNS: &str = "m.session_id, m.role, m.content, m.timestamp, m.tool_name,
+pub(super) const HIT_COLUMNS: &str = "m.session_id, m.role, m.content, m.timestamp, m.tool_name,
     s.source, s.model, s.started_at AS session_started, s.title";
 
 /// Lists longer than this are bound as one JSON array rather than a
@@ -32,13 +33,13 @@ const LISTED_VALUES: usize = 64;
 
 /// A search's SQL, built with its parameters: `?1` is the FTS5 query (or the
 /// term a substring snippet centres on), then come the filters' values.
-struct Statement {
-    params: Vec<SqlValue>,
+pub(super) struct Statement {
+    pub params: Vec<SqlValue>,
 }
 
 impl Statement {
     /// A new parameter, as its `?N`.
-    fn bind(&mut self, value: SqlValue) -> String {
+    pub fn bind(&mut self, value: SqlValue) -> String {
         self.params.push(value);
         format!("?{}", self.params.len())
     }
@@ -65,12 +66,23 @@ impl Statement {
     /// The filters of `search` it has, on `m` (messages) and `s` (sessions),
     /// each a term that starts with ` AND `. `index` is the FTS5 table a
     /// route reads, whose rows a session filter bounds to the session's ids.
-    fn filters(&mut self, search: &Search, index: Option<&str>) -> String {
+    pub fn filters(&mut self, search: &Search, index: Option<&str>) -> String {
+        self.filters_on(search, index, true)
+    }
+
+    /// [`Self::filters`] but the sources: the filters on `m` alone.
+    pub fn message_filters(&mut self, search: &Search, index: Option<&str>) -> String {
+        self.filters_on(search, index, false)
+    }
+
+    fn filters_on(&mut self, search: &Search, index: Option<&str>, sources: bool) -> String {
         let mut sql = String::new();
         if !search.include_inactive {
             sql.push_str(" AND (m.active = 1 OR m.compacted = 1)");
         }
-        sql.push_str(&self.source_filters(search));
+        if sources {
+            sql.push_str(&self.source_filters(search));
+        }
         sql.push_str(&self.role_filter(search));
         if let Some(session) = &search.session_id {
             let id = self.bind(SqlValue::Text(session.clone()));
@@ -112,7 +124,7 @@ impl Statement {
     }
 
     /// `LIMIT ?a OFFSET ?b` of the search's page.
-    fn page(&mut self, search: &Search) -> String {
+    pub fn page(&mut self, search: &Search) -> String {
         let limit = self.bind(SqlValue::Integer(search.limit));
         let offset = self.bind(SqlValue::Integer(search.offset));
         format!("LIMIT {limit} OFFSET {offset}")
@@ -122,7 +134,7 @@ impl Statement {
 /// The hits of `inner` (a page of hits with `hit_rank`), in `order`, each
 /// with the role and content of the messages before and after it in its
 /// session (by timestamp, then id), for context.
-fn with_context(inner: &str, order: &str) -> String {
+pub(super) fn with_context(inner: &str, order: &str) -> String {
     // A row value, so that an index of the session's rows by timestamp (as
     // hermes-agent adds) finds the neighbour at once instead of reading the
     // session's rows.
@@ -182,7 +194,7 @@ fn index_search(table: &str, fts5: String, search: &Search) -> (String, Vec<SqlV
 /// Matches counted before choosing how to rank (a bound: the count stops
 /// there). Fewer are ranked at once by [`index_search`]; more, under a source
 /// filter, by [`admitted_page`].
-const FEW_MATCHES: i64 = 1000;
+pub(super) const FEW_MATCHES: i64 = 1000;
 
 /// Whether `search` is one [`admitted_page`] answers: best match first,
 /// with a source filter (a session filter already bounds the index read).
@@ -194,7 +206,7 @@ fn by_admitted_ids(search: &Search) -> bool {
 
 /// Whether the FTS5 query `fts5` has at least [`FEW_MATCHES`] matches in
 /// `table` (counted no further).
-fn many_matches(conn: &Connection, table: &str, fts5: &str) -> rusqlite::Result<bool> {
+pub(super) fn many_matches(conn: &Connection, table: &str, fts5: &str) -> rusqlite::Result<bool> {
     let sql = format!(
         "SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {table} MATCH ?1 LIMIT {FEW_MATCHES})"
     );
@@ -205,8 +217,10 @@ fn many_matches(conn: &Connection, table: &str, fts5: &str) -> rusqlite::Result<
 /// The ids of the messages the source filters of `search` admit, live (and
 /// compaction-archived) ones unless it includes inactive rows, with its
 /// parameters: read from the index of messages by session and `active`,
-/// so only an inactive row's own `compacted` is read.
-fn admitted_ids(search: &Search) -> (String, Vec<SqlValue>) {
+/// so only an inactive row's own `compacted` is read. `active IS NOT 1` is
+/// its three ranges of that index (`< 1`, `> 1`, and NULL from the partial
+/// index of NULLs): as one test it read every row of the sessions again.
+pub(super) fn admitted_ids(search: &Search) -> (String, Vec<SqlValue>) {
     let mut st = Statement { params: Vec::new() };
     let sources = st.source_filters(search);
     let from = "FROM sessions s JOIN messages m ON m.session_id = s.id WHERE 1";
@@ -216,7 +230,12 @@ fn admitted_ids(search: &Search) -> (String, Vec<SqlValue>) {
         format!(
             "SELECT m.id {from}{sources} AND m.active = 1
              UNION ALL
-             SELECT m.id {from}{sources} AND m.active IS NOT 1 AND m.compacted = 1"
+             SELECT m.id {from}{sources} AND m.active < 1 AND m.compacted = 1
+             UNION ALL
+             SELECT m.id {from}{sources} AND m.active > 1 AND m.compacted = 1
+             UNION ALL
+             SELECT m.id FROM messages m WHERE m.active IS NULL AND m.compacted = 1
+               AND m.session_id IN (SELECT s.id FROM sessions s WHERE 1{sources})"
         )
     };
     (sql, st.params)
@@ -287,74 +306,17 @@ fn admitted_page(
         .collect())
 }
 
-/// The hits of the messages `ids` (`?2`, a JSON array), in its order, with
-/// the snippet of `?1` in `table` and the columns of a hit.
-fn hits_of_ids(table: &str) -> String {
+/// The hits of the messages `ids` (`?2`, a JSON array), in its order, each
+/// with its `snippet` and the columns of a hit.
+pub(super) fn hits_of_ids(snippet: Snippet<'_>) -> String {
     let inner = format!(
-        "SELECT m.id,
-                (SELECT snippet({table}, 0, '>>>', '<<<', '...', 40) FROM {table}
-                 WHERE {table} MATCH ?1 AND {table}.rowid = m.id) AS snippet,
-                {HIT_COLUMNS}, p.key AS hit_rank
+        "SELECT m.id, {snippet} AS snippet, {HIT_COLUMNS}, p.key AS hit_rank
          FROM json_each(?2) p
          JOIN messages m ON m.id = p.value
-         JOIN sessions s ON s.id = m.session_id"
+         JOIN sessions s ON s.id = m.session_id",
+        snippet = snippet.sql()
     );
     with_context(&inner, "h.hit_rank, h.id")
-}
-
-/// A page of hits from a substring scan for `terms` (newest first), with
-/// the indexed text around the first term as the snippet (a tool call's
-/// row has no content).
-fn substring_search(terms: &Terms, search: &Search) -> (String, Vec<SqlValue>) {
-    let mut st = Statement { params: Vec::new() };
-    let first = st.bind(SqlValue::Text(terms.0[0].1.text.clone()));
-    let found = match terms.expr(|_| true) {
-        Some(expr) => substring_condition(terms, &expr, &mut st),
-        None => "0".to_owned(),
-    };
-    let filters = st.filters(search, None);
-    let page = st.page(search);
-    let inner = format!(
-        "SELECT m.id, substr({INDEXED_TEXT}, max(1, instr({INDEXED_TEXT}, {first}) - 40), 120) AS snippet,
-                {HIT_COLUMNS}, 0 AS hit_rank
-         FROM messages m
-         JOIN sessions s ON s.id = m.session_id
-         WHERE {found}{filters}
-         ORDER BY m.timestamp DESC, m.id DESC {page}"
-    );
-    (
-        with_context(&inner, "h.timestamp DESC, h.id DESC"),
-        st.params,
-    )
-}
-
-/// `expr` as a condition on `m` that each term's text is found in a message,
-/// its patterns bound in `st`.
-fn substring_condition(terms: &Terms, expr: &Expr, st: &mut Statement) -> String {
-    let mut all = |parts: &[Expr], joint: &str| {
-        let parts: Vec<String> = parts
-            .iter()
-            .map(|part| substring_condition(terms, part, st))
-            .collect();
-        format!("({})", parts.join(joint))
-    };
-    match expr {
-        Expr::Term(i) => {
-            let n = st.bind(SqlValue::Text(Terms::like_pattern(&terms.0[*i].1.text)));
-            // Never NULL, so that NOT of it holds for a row without the text.
-            format!(
-                "COALESCE(m.content LIKE {n} ESCAPE '\\' OR m.tool_name LIKE {n} ESCAPE '\\'
-                  OR m.tool_calls LIKE {n} ESCAPE '\\', 0)"
-            )
-        }
-        Expr::All(parts) => all(parts, " AND "),
-        Expr::Any(parts) => all(parts, " OR "),
-        Expr::Without(kept, excluded) => format!(
-            "({} AND NOT {})",
-            substring_condition(terms, kept, st),
-            substring_condition(terms, excluded, st)
-        ),
-    }
 }
 
 impl SqliteBackend {
@@ -380,10 +342,7 @@ impl SqliteBackend {
             let _ = self.index_pending_up_to(up_to);
         }
         let out = self.read_raw(|c| match index {
-            None => {
-                let (sql, params) = substring_search(&terms, search);
-                tables::all(c, &sql, params_from_iter(&params))
-            }
+            None => substrings::search(c, &terms, search, trigrams),
             Some((table, fts5)) if by_admitted_ids(search) && many_matches(c, table, &fts5)? => {
                 // One snapshot for the admitted ids and the matches.
                 let tx = c.unchecked_transaction()?;
@@ -391,7 +350,7 @@ impl SqliteBackend {
                 let set = IdSet::read(c, &ids_sql, params_from_iter(&ids_params))?;
                 let ids = admitted::with_set(set, || admitted_page(c, table, &fts5, search))?;
                 let ids = serde_json::to_string(&ids).unwrap_or_default();
-                let out = tables::all(c, &hits_of_ids(table), params![fts5, ids]);
+                let out = tables::all(c, &hits_of_ids(Snippet::Index(table)), params![fts5, ids]);
                 tx.finish()?;
                 out
             }
