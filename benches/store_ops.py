@@ -74,7 +74,7 @@ SEARCH_KINDS: dict[str, tuple[str, list[tuple[str, list[str], list[str] | None]]
         ("数据库", ["telegram"], ["user"]), ("数据库", ["discord"], ["assistant"]),
         ("数据库", ["cli"], ["tool"]),
     ]),
-    "cjk2": ("CJK, 2 characters (substring scan)", [
+    "cjk2": ("CJK, 2 characters (as a substring)", [
         ("北京", ["telegram"], ["user"]), ("東京", ["discord"], ["assistant"]),
         ("서울", ["cli"], ["tool"]),
     ]),

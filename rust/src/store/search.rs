@@ -13,7 +13,8 @@
 //! Text in Chinese, Japanese or Korean has no spaces for the word index to
 //! split on, so such a search goes to the trigram index when each of its CJK
 //! terms is three characters or longer (the shortest the trigram index can
-//! match), and otherwise to a substring scan ([`Route`]).
+//! match), and otherwise to a substring search ([`Route`]; SQLite answers it
+//! through the trigram index when it can, `sqlite/substrings.rs`).
 
 /// The longest query read, in characters; the rest is ignored. Searches need
 /// no more, and it bounds the work on adversarial input.
@@ -104,8 +105,8 @@ pub enum Route {
     /// The trigram index (`messages_fts_trigram`), for CJK terms of three
     /// characters or more.
     Trigrams,
-    /// A substring scan of the messages, for shorter CJK terms or when there
-    /// is no trigram index.
+    /// Substrings of the messages, newest first, for shorter CJK terms or
+    /// when there is no trigram index.
     Substrings,
 }
 
