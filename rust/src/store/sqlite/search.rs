@@ -402,7 +402,7 @@ mod tests {
     use super::super::test_support::*;
     use super::super::{tables, SqliteBackend};
     use super::*;
-    use crate::model::{NewMessage, ValueRef};
+    use crate::model::NewMessage;
     use crate::store::{Backend, Options, WriteOp, WriteOut};
     use rusqlite::Connection;
     use std::time::Duration;
@@ -447,17 +447,6 @@ mod tests {
         assert_eq!(search_ids(&db, "alpaca").len(), 1);
         other.execute_batch("ROLLBACK").unwrap();
         assert_eq!(search_ids(&db, "alpaca").len(), 2);
-    }
-
-    /// The ids of a search's hits, in order.
-    fn hit_ids(table: Table) -> Vec<i64> {
-        table
-            .rows()
-            .map(|r| match r.get(0) {
-                ValueRef::Integer(id) => id,
-                other => panic!("id {other:?}"),
-            })
-            .collect()
     }
 
     #[test]
@@ -528,7 +517,7 @@ mod tests {
                 .read(|c| tables::all(c, &sql, params_from_iter(&params)))
                 .unwrap();
             let found = db.search(&search).unwrap();
-            assert_eq!(hit_ids(found), hit_ids(plain), "{search:?}");
+            assert_eq!(hit_ids(&found), hit_ids(&plain), "{search:?}");
         }
     }
 

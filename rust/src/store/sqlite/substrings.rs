@@ -283,7 +283,7 @@ fn condition(terms: &Terms, expr: &Expr, st: &mut Statement) -> String {
 mod tests {
     use super::super::test_support::*;
     use super::*;
-    use crate::model::{NewMessage, ValueRef};
+    use crate::model::NewMessage;
     use crate::store::{Backend, WriteOp};
 
     /// A small deterministic generator (xorshift), so a failure repeats.
@@ -309,16 +309,6 @@ mod tests {
     const ALPHABET: [&str; 14] = [
         "北", "京", "数", "据", "库", "서", "울", "。", "a", "B", "b", "%", "_", " ",
     ];
-
-    fn ids(table: &Table) -> Vec<i64> {
-        table
-            .rows()
-            .map(|r| match r.get(0) {
-                ValueRef::Integer(id) => id,
-                other => panic!("id {other:?}"),
-            })
-            .collect()
-    }
 
     #[test]
     fn the_trigram_index_finds_what_a_scan_finds_in_the_same_order() {
@@ -408,7 +398,7 @@ mod tests {
                 })
                 .unwrap();
             by_index += usize::from(took_index);
-            assert_eq!(ids(&indexed), ids(&scanned), "{query:?} {search:?}");
+            assert_eq!(hit_ids(&indexed), hit_ids(&scanned), "{query:?} {search:?}");
             assert_eq!(indexed.rows().count(), scanned.rows().count());
         }
         assert!(

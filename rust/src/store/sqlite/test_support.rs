@@ -5,7 +5,7 @@ use rusqlite::Connection;
 
 use super::SqliteBackend;
 use crate::error::Result;
-use crate::model::{NewMessage, Value, ValueRef};
+use crate::model::{NewMessage, Table, Value, ValueRef};
 use crate::store::{Backend, Insert, OnConflict, Options, Relation, Search, WriteOp, WriteOut};
 
 pub fn open(dir: &tempfile::TempDir) -> SqliteBackend {
@@ -106,8 +106,12 @@ pub fn search_ids(db: &SqliteBackend, query: &str) -> Vec<i64> {
         limit: 1000,
         ..Search::default()
     };
-    db.search(&search)
-        .unwrap()
+    hit_ids(&db.search(&search).unwrap())
+}
+
+/// The ids of a search's hits (its first column), in order.
+pub fn hit_ids(table: &Table) -> Vec<i64> {
+    table
         .rows()
         .map(|r| match r.get(0) {
             ValueRef::Integer(id) => id,
