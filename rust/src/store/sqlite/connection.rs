@@ -60,6 +60,7 @@ pub fn configure(conn: &Connection, level: Durability) -> rusqlite::Result<()> {
     // a short read's time).
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     super::admitted::declare(conn)?;
+    super::rank::declare(conn)?;
     Ok(())
 }
 

@@ -5,7 +5,8 @@
 //! One file a job: `open` (file guards, first connection, schema),
 //! `connection` (pragmas, the writer), `commit` (a batch in one transaction)
 //! and `busy` (retry), `write` and `read` (the SQL of each operation, built
-//! by `sql`), `search` (and `admitted`, the ids a source filter admits),
+//! by `sql`), `search` (and `admitted`, the ids a source filter admits;
+//! `rank`, the rank of a match of one phrase),
 //! `search_index` / `upkeep` / `checkpoint` (deferred
 //! indexing, on `store/indexer.rs`'s thread, and checkpoints), `tokenizer`
 //! (FTS5's tokenizers called directly), `tables` (rows copied out through
@@ -21,6 +22,7 @@ mod error;
 mod import;
 pub mod mend;
 mod open;
+mod rank;
 mod read;
 mod schema;
 mod search;

@@ -11,7 +11,7 @@ use super::busy::with_busy_retry;
 use super::error::{classify, note_short_read};
 use super::search_index::CATCH_UP_CHUNK_ROWS;
 use super::substrings::{self, Snippet};
-use super::{schema, tables, SqliteBackend};
+use super::{rank, schema, tables, SqliteBackend};
 use crate::error::{Error, Result};
 use crate::model::Table;
 use crate::store::lock;
@@ -191,6 +191,36 @@ fn index_search(table: &str, fts5: String, search: &Search) -> (String, Vec<SqlV
     (with_context(&inner, outer_order), st.params)
 }
 
+/// A search of one FTS5 index: the table, the FTS5 query, and how many
+/// phrases it has (the terms, each quoted by [`Terms::fts5`]).
+struct IndexQuery {
+    table: &'static str,
+    fts5: String,
+    phrases: usize,
+}
+
+impl IndexQuery {
+    fn new(table: &'static str, terms: &Terms) -> Self {
+        IndexQuery {
+            table,
+            fts5: terms.fts5(),
+            phrases: terms.0.len(),
+        }
+    }
+
+    /// A match's rank (smaller first): bm25 (FTS5's `rank`), or for one
+    /// phrase the same order without the full read of the index that its
+    /// IDF costs (`rank.rs`).
+    fn rank(&self) -> String {
+        let table = self.table;
+        if self.phrases == 1 {
+            format!("{}({table})", rank::FUNCTION)
+        } else {
+            format!("{table}.rank")
+        }
+    }
+}
+
 /// Matches counted before choosing how to rank (a bound: the count stops
 /// there). Fewer are ranked at once by [`index_search`]; more, under a source
 /// filter, by [`admitted_page`].
@@ -249,20 +279,21 @@ pub(super) fn admitted_ids(search: &Search) -> (String, Vec<SqlValue>) {
 /// a message row read each (most of the time for a common word).
 fn admitted_page(
     conn: &Connection,
-    table: &str,
-    fts5: &str,
+    index: &IndexQuery,
     search: &Search,
 ) -> rusqlite::Result<Vec<i64>> {
+    let IndexQuery { table, fts5, .. } = index;
+    let rank = index.rank();
     let admitted = format!(
-        "SELECT {table}.rowid, {table}.rank FROM {table}
+        "SELECT {table}.rowid, {rank} FROM {table}
          WHERE {table} MATCH ?1 AND {function}({table}.rowid)",
         function = admitted::FUNCTION,
     );
     let (offset, limit) = (search.offset.max(0), search.limit.max(0));
     let Some(roles) = search.roles.as_ref().filter(|r| !r.is_empty()) else {
-        // `+rank`: an expression, so FTS5 does not take over the order (it
+        // `+`: an expression, so FTS5 does not take over the order (it
         // would rank every match, before the filter).
-        let page = format!("{admitted} ORDER BY +{table}.rank, {table}.rowid LIMIT ?2 OFFSET ?3");
+        let page = format!("{admitted} ORDER BY +{rank}, {table}.rowid LIMIT ?2 OFFSET ?3");
         return conn
             .prepare_cached(&page)?
             .query_map(params![fts5, limit, offset], |r| r.get(0))?
@@ -329,9 +360,9 @@ impl SqliteBackend {
                 if words.is_empty() {
                     return Ok(Table::new(Vec::<String>::new().into()));
                 }
-                Some(("messages_fts", words.fts5()))
+                Some(IndexQuery::new("messages_fts", &words))
             }
-            Route::Trigrams => Some(("messages_fts_trigram", terms.fts5())),
+            Route::Trigrams => Some(IndexQuery::new("messages_fts_trigram", &terms)),
             Route::Substrings => None,
         };
         // Every row committed before the search is found: pending ranges
@@ -343,18 +374,21 @@ impl SqliteBackend {
         }
         let out = self.read_raw(|c| match index {
             None => substrings::search(c, &terms, search, trigrams),
-            Some((table, fts5)) if by_admitted_ids(search) && many_matches(c, table, &fts5)? => {
+            Some(index)
+                if by_admitted_ids(search) && many_matches(c, index.table, &index.fts5)? =>
+            {
                 // One snapshot for the admitted ids and the matches.
                 let tx = c.unchecked_transaction()?;
                 let (ids_sql, ids_params) = admitted_ids(search);
                 let set = IdSet::read(c, &ids_sql, params_from_iter(&ids_params))?;
-                let ids = admitted::with_set(set, || admitted_page(c, table, &fts5, search))?;
+                let ids = admitted::with_set(set, || admitted_page(c, &index, search))?;
                 let ids = serde_json::to_string(&ids).unwrap_or_default();
-                let out = tables::all(c, &hits_of_ids(Snippet::Index(table)), params![fts5, ids]);
+                let snippet = hits_of_ids(Snippet::Index(index.table));
+                let out = tables::all(c, &snippet, params![index.fts5, ids]);
                 tx.finish()?;
                 out
             }
-            Some((table, fts5)) => {
+            Some(IndexQuery { table, fts5, .. }) => {
                 let (sql, params) = index_search(table, fts5, search);
                 tables::all(c, &sql, params_from_iter(&params))
             }

@@ -77,7 +77,7 @@ impl Tokenizers {
 
 /// The FTS5 API of `conn` (`SELECT fts5(?)` with a pointer bound, as FTS5
 /// documents for reaching it).
-fn fts5_api(conn: &Connection) -> Result<*mut ffi::fts5_api, String> {
+pub(super) fn fts5_api(conn: &Connection) -> Result<*mut ffi::fts5_api, String> {
     let mut api: *mut ffi::fts5_api = ptr::null_mut();
     // SAFETY: the statement is prepared, bound, stepped and finalized on
     // `conn`'s live handle; the bound pointer is `api`, alive meanwhile.
