@@ -309,10 +309,10 @@ REVIEWED_SQL_FORMATS = {
     ("search.rs", "SELECT m.id, snippet({table}, 0, '>>>', '<<<', '...', 40) AS snippet, "
                   "{HIT_COLUMNS}, {table}.rank AS hit_rank FROM {table} JOIN messages m ON m.id = "
                   "{table}.rowid JOIN sessions s ON s.id = m.session_id WHERE {table} MATCH {query}"
-                  "{filters} ORDER BY {inner_order} {page}"):
-        "a literal index table name; the constant HIT_COLUMNS; the filters and page of "
-        "Statement (literal clauses and bound parameters); an order of string literals (the "
-        "query itself is bound)",
+                  "{ranking}{filters} ORDER BY {inner_order} {page}"):
+        "a literal index table name; the constant HIT_COLUMNS; the ranking constraint below; "
+        "the filters and page of Statement (literal clauses and bound parameters); an order of "
+        "string literals (the query itself is bound)",
     ("search.rs", "(SELECT n.id FROM messages n WHERE n.session_id = h.session_id AND "
                   "(n.timestamp, n.id) {cmp} (h.timestamp, h.id) ORDER BY n.timestamp {dir}, "
                   "n.id {dir} LIMIT 1)"):
@@ -328,6 +328,9 @@ REVIEWED_SQL_FORMATS = {
     ("search.rs", "SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {table} MATCH ?1 LIMIT "
                   "{FEW_MATCHES})"):
         "a literal index table name; the integer constant FEW_MATCHES",
+    ("search.rs", "SELECT count(*), max(rowid) - (SELECT min(id) FROM messages) FROM (SELECT "
+                  "rowid FROM {table} WHERE {table} MATCH ?1 LIMIT {FEW_MATCHES})"):
+        "a literal index table name; the integer constant FEW_MATCHES",
     ("search.rs", "SELECT m.id {from}{sources}"):
         "a literal FROM clause; the source filters of Statement (literal clauses and bound "
         "parameters)",
@@ -338,9 +341,13 @@ REVIEWED_SQL_FORMATS = {
                   "(SELECT s.id FROM sessions s WHERE 1{sources})"):
         "a literal FROM clause; the source filters of Statement (literal clauses and bound "
         "parameters)",
-    ("search.rs", "SELECT {table}.rowid, {table}.rank FROM {table} WHERE {table} MATCH ?1 AND "
-                  "{function}({table}.rowid)"):
-        "a literal index table name; the constant name of the admitted-ids function",
+    ("search.rs", "SELECT {table}.rowid, {table}.rank FROM {table} WHERE {table} MATCH ?1"
+                  "{ranking} AND {function}({table}.rowid)"):
+        "a literal index table name; the ranking constraint (IndexQuery::ranking: '' or ' AND "
+        "<literal table>.rank MATCH ' and the constant RANK_MATCH); the constant name of the "
+        "admitted-ids function",
+    ("rank.rs", "SELECT rowid, rank FROM t WHERE t MATCH ?1{ranking} ORDER BY rank, rowid"):
+        "a unit test's literal '' or ranking constraint (the constant RANK_MATCH)",
     ("search.rs", "SELECT m.id, {snippet} AS snippet, {HIT_COLUMNS}, p.key AS hit_rank FROM "
                   "json_each(?2) p JOIN messages m ON m.id = p.value JOIN sessions s ON s.id = "
                   "m.session_id"):

@@ -1,6 +1,7 @@
 //! The rank of a match of a query that is one phrase (one word, one quoted
-//! phrase, one CJK term), as `hermes_phrase_rank(<fts5 table>)`: FTS5's
-//! bm25 without its IDF factor.
+//! phrase, one CJK term), as the FTS5 function `hermes_phrase_rank`: FTS5's
+//! bm25 without its IDF factor. A query takes it as its `rank` by the
+//! constraint [`RANK_MATCH`].
 //!
 //! bm25 is `-(IDF × part)` summed over the query's phrases, where `part`
 //! depends on the row alone (how often the phrase occurs in it, its length
@@ -17,8 +18,9 @@ use std::ptr;
 
 use rusqlite::{ffi, Connection};
 
-/// The SQL function's name.
-pub const FUNCTION: &str = "hermes_phrase_rank";
+/// The constraint that makes it a query's `rank` (`... AND <table>.rank
+/// MATCH <this>`, FTS5's way to choose the rank function of one query).
+pub const RANK_MATCH: &str = "'hermes_phrase_rank()'";
 
 /// bm25's parameters as FTS5 fixes them.
 const K1: f64 = 1.2;
@@ -142,9 +144,9 @@ unsafe extern "C" fn free_avgdl(kept: *mut c_void) {
 mod tests {
     use super::*;
 
-    fn ranked(conn: &Connection, query: &str, rank: &str) -> Vec<(i64, f64)> {
+    fn ranked(conn: &Connection, query: &str, ranking: &str) -> Vec<(i64, f64)> {
         conn.prepare(&format!(
-            "SELECT rowid, {rank} FROM t WHERE t MATCH ?1 ORDER BY 2, rowid"
+            "SELECT rowid, rank FROM t WHERE t MATCH ?1{ranking} ORDER BY rank, rowid"
         ))
         .unwrap()
         .query_map([query], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -177,8 +179,12 @@ mod tests {
             insert.execute([text]).unwrap();
         }
         for query in ["user", "\"user model\"", "files", "mod*"] {
-            let ours = ranked(&conn, query, "hermes_phrase_rank(t)");
-            let theirs = ranked(&conn, query, "rank");
+            let ours = ranked(&conn, query, &format!(" AND t.rank MATCH {RANK_MATCH}"));
+            let theirs = ranked(&conn, query, "");
+            assert!(
+                ours.iter().zip(&theirs).all(|(a, b)| a.1 != b.1),
+                "not bm25"
+            );
             assert!(!ours.is_empty(), "{query}");
             let ids = |v: &[(i64, f64)]| v.iter().map(|r| r.0).collect::<Vec<_>>();
             assert_eq!(ids(&ours), ids(&theirs), "{query}");
