@@ -325,9 +325,6 @@ REVIEWED_SQL_FORMATS = {
     ("substrings.rs", "COALESCE(m.content LIKE {n} ESCAPE '\\\\' OR m.tool_name LIKE {n} ESCAPE "
                       "'\\\\' OR m.tool_calls LIKE {n} ESCAPE '\\\\', 0)"):
         "a parameter (Statement::bind's ?N; each term's pattern is bound)",
-    ("search.rs", "SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {table} MATCH ?1 LIMIT "
-                  "{FEW_MATCHES})"):
-        "a literal index table name; the integer constant FEW_MATCHES",
     ("search.rs", "SELECT count(*), max(rowid) - (SELECT min(id) FROM messages) FROM (SELECT "
                   "rowid FROM {table} WHERE {table} MATCH ?1 LIMIT {FEW_MATCHES})"):
         "a literal index table name; the integer constant FEW_MATCHES",

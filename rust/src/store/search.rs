@@ -261,6 +261,27 @@ pub enum Expr {
     Without(Box<Expr>, Box<Expr>),
 }
 
+impl Expr {
+    /// The expression as text: each term as `term` writes it (called in
+    /// order, left to right), groups in parentheses joined by `AND` / `OR`,
+    /// and `Without` as `(kept <not> excluded)`.
+    pub fn render(&self, not: &str, term: &mut dyn FnMut(usize) -> String) -> String {
+        let group = |parts: &[Expr], joint: &str, term: &mut dyn FnMut(usize) -> String| {
+            let parts: Vec<String> = parts.iter().map(|p| p.render(not, term)).collect();
+            format!("({})", parts.join(joint))
+        };
+        match self {
+            Expr::Term(i) => term(*i),
+            Expr::All(parts) => group(parts, " AND ", term),
+            Expr::Any(parts) => group(parts, " OR ", term),
+            Expr::Without(kept, excluded) => {
+                let kept = kept.render(not, term);
+                format!("({kept} {not} {})", excluded.render(not, term))
+            }
+        }
+    }
+}
+
 type Items<'a> = &'a [(usize, Option<Op>)];
 
 /// `items` split before each `op` (the first item's operator is the one

@@ -65,7 +65,6 @@ mod tests {
     use super::super::SqliteBackend;
     use super::*;
     use crate::model::NewMessage;
-    use crate::store::{Backend, WriteOp};
     use std::time::Instant;
 
     /// Appends ~5 MB (well past `CHECKPOINT_FRAMES` pages) and returns the
@@ -76,12 +75,7 @@ mod tests {
             let rows = (0..500)
                 .map(|_| NewMessage::text("user", &"x".repeat(1000), 1.0))
                 .collect();
-            db.write(WriteOp::Append {
-                session_id: "big".into(),
-                rows,
-                once_key: None,
-            })
-            .unwrap();
+            append_rows(db, "big", rows);
         }
         std::fs::metadata(dir.path().join("state.db"))
             .unwrap()

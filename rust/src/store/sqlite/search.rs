@@ -252,24 +252,29 @@ const ADMITTED_PAYS_FROM: i64 = 32;
 /// than the admitted ids. The estimate takes the oldest messages for all;
 /// when it is wrong, the search takes longer, with the same hits.
 fn ranks_admitted(conn: &Connection, table: &str, fts5: &str) -> rusqlite::Result<bool> {
-    let sql = format!(
-        "SELECT count(*), max(rowid) - (SELECT min(id) FROM messages)
-         FROM (SELECT rowid FROM {table} WHERE {table} MATCH ?1 LIMIT {FEW_MATCHES})"
-    );
-    let (found, reach): (i64, Option<i64>) = conn
-        .prepare_cached(&sql)?
-        .query_row([fts5], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let (found, reach) = first_matches(conn, table, fts5)?;
     Ok(found >= FEW_MATCHES && reach.is_some_and(|r| r < FEW_MATCHES * ADMITTED_PAYS_FROM))
 }
 
 /// Whether the FTS5 query `fts5` has at least [`FEW_MATCHES`] matches in
 /// `table` (counted no further).
 pub(super) fn many_matches(conn: &Connection, table: &str, fts5: &str) -> rusqlite::Result<bool> {
+    Ok(first_matches(conn, table, fts5)?.0 >= FEW_MATCHES)
+}
+
+/// The first [`FEW_MATCHES`] matches of `fts5` in `table` (in id order):
+/// how many there are, and how far the last lies past the first message id.
+fn first_matches(
+    conn: &Connection,
+    table: &str,
+    fts5: &str,
+) -> rusqlite::Result<(i64, Option<i64>)> {
     let sql = format!(
-        "SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {table} MATCH ?1 LIMIT {FEW_MATCHES})"
+        "SELECT count(*), max(rowid) - (SELECT min(id) FROM messages)
+         FROM (SELECT rowid FROM {table} WHERE {table} MATCH ?1 LIMIT {FEW_MATCHES})"
     );
-    let found: i64 = conn.prepare_cached(&sql)?.query_row([fts5], |r| r.get(0))?;
-    Ok(found >= FEW_MATCHES)
+    conn.prepare_cached(&sql)?
+        .query_row([fts5], |r| Ok((r.get(0)?, r.get(1)?)))
 }
 
 /// The ids of the messages the source filters of `search` admit, live (and
@@ -465,7 +470,7 @@ mod tests {
     use super::super::{tables, SqliteBackend};
     use super::*;
     use crate::model::NewMessage;
-    use crate::store::{Backend, Options, WriteOp, WriteOut};
+    use crate::store::{Backend, Options, WriteOut};
     use rusqlite::Connection;
     use std::time::Duration;
 
@@ -475,14 +480,11 @@ mod tests {
         let db = open(&dir);
         db.indexer.stop(); // nothing indexes behind the test's back
         create(&db, "s");
-        let ids = match db
-            .write(WriteOp::Append {
-                session_id: "s".into(),
-                rows: vec![NewMessage::text("user", "the quetzal landed", 1.0)],
-                once_key: None,
-            })
-            .unwrap()
-        {
+        let ids = match append_rows(
+            &db,
+            "s",
+            vec![NewMessage::text("user", "the quetzal landed", 1.0)],
+        ) {
             WriteOut::Ids(ids) => ids,
             other => panic!("{other:?}"),
         };
@@ -527,12 +529,7 @@ mod tests {
                     NewMessage::text(role, &format!("common {filler}word {i}"), i as f64)
                 })
                 .collect();
-            db.write(WriteOp::Append {
-                session_id: id,
-                rows,
-                once_key: None,
-            })
-            .unwrap();
+            append_rows(&db, &id, rows);
         }
         index_now(&db);
         // Some rows rewound, some archived by a compaction.

@@ -442,12 +442,7 @@ mod tests {
         let mut row = NewMessage::text("assistant", "grep the tree", 1.0);
         row.tool_name = Some("terminal".into());
         row.tool_calls = Some("[{\"name\":\"terminal\"}]".into());
-        db.write(WriteOp::Append {
-            session_id: "s".into(),
-            rows: vec![row],
-            once_key: None,
-        })
-        .unwrap();
+        append_rows(&db, "s", vec![row]);
         index_now(&db);
         // Another writer (triggers on) inserts the same row.
         let other = Connection::open(dir.path().join("state.db")).unwrap();
@@ -573,12 +568,7 @@ mod tests {
         create(&db, "s");
         let mut row = NewMessage::text("assistant", "grep the tree", 1.0);
         row.tool_name = Some("terminal".into());
-        db.write(WriteOp::Append {
-            session_id: "s".into(),
-            rows: vec![row],
-            once_key: None,
-        })
-        .unwrap();
+        append_rows(&db, "s", vec![row]);
         let rebuilt = db
             .write(WriteOp::SearchIndex(IndexUpkeep::Rebuild))
             .unwrap();

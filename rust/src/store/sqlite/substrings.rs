@@ -99,26 +99,13 @@ fn quoted(text: &str) -> String {
 
 /// `expr` as an FTS5 query of the trigram index.
 fn fts5(terms: &Terms, found: &[Found], expr: &Expr) -> String {
-    let all = |parts: &[Expr], joint: &str| {
-        let parts: Vec<String> = parts.iter().map(|p| fts5(terms, found, p)).collect();
-        format!("({})", parts.join(joint))
-    };
-    match expr {
-        Expr::Term(i) => match &found[*i] {
-            Found::Phrase => quoted(&terms.0[*i].1.text),
-            Found::Trigrams(trigrams) => {
-                let any: Vec<String> = trigrams.iter().map(|t| quoted(t)).collect();
-                format!("({})", any.join(" OR "))
-            }
-        },
-        Expr::All(parts) => all(parts, " AND "),
-        Expr::Any(parts) => all(parts, " OR "),
-        Expr::Without(kept, excluded) => format!(
-            "({} NOT {})",
-            fts5(terms, found, kept),
-            fts5(terms, found, excluded)
-        ),
-    }
+    expr.render("NOT", &mut |i| match &found[i] {
+        Found::Phrase => quoted(&terms.0[i].1.text),
+        Found::Trigrams(trigrams) => {
+            let any: Vec<String> = trigrams.iter().map(|t| quoted(t)).collect();
+            format!("({})", any.join(" OR "))
+        }
+    })
 }
 
 /// A page of hits for `terms`, newest first: through the trigram index when
@@ -253,30 +240,14 @@ fn scan(terms: &Terms, search: &Search) -> (String, Vec<SqlValue>) {
 /// `expr` as a condition on `m` that each term's text is found in a message,
 /// its patterns bound in `st`.
 fn condition(terms: &Terms, expr: &Expr, st: &mut Statement) -> String {
-    let mut all = |parts: &[Expr], joint: &str| {
-        let parts: Vec<String> = parts
-            .iter()
-            .map(|part| condition(terms, part, st))
-            .collect();
-        format!("({})", parts.join(joint))
-    };
-    match expr {
-        Expr::Term(i) => {
-            let n = st.bind(SqlValue::Text(Terms::like_pattern(&terms.0[*i].1.text)));
-            // Never NULL, so that NOT of it holds for a row without the text.
-            format!(
-                "COALESCE(m.content LIKE {n} ESCAPE '\\' OR m.tool_name LIKE {n} ESCAPE '\\'
+    expr.render("AND NOT", &mut |i| {
+        let n = st.bind(SqlValue::Text(Terms::like_pattern(&terms.0[i].1.text)));
+        // Never NULL, so that NOT of it holds for a row without the text.
+        format!(
+            "COALESCE(m.content LIKE {n} ESCAPE '\\' OR m.tool_name LIKE {n} ESCAPE '\\'
                   OR m.tool_calls LIKE {n} ESCAPE '\\', 0)"
-            )
-        }
-        Expr::All(parts) => all(parts, " AND "),
-        Expr::Any(parts) => all(parts, " OR "),
-        Expr::Without(kept, excluded) => format!(
-            "({} AND NOT {})",
-            condition(terms, kept, st),
-            condition(terms, excluded, st)
-        ),
-    }
+        )
+    })
 }
 
 #[cfg(test)]
@@ -284,7 +255,6 @@ mod tests {
     use super::super::test_support::*;
     use super::*;
     use crate::model::NewMessage;
-    use crate::store::{Backend, WriteOp};
 
     /// A small deterministic generator (xorshift), so a failure repeats.
     struct Draw(u64);
@@ -337,12 +307,7 @@ mod tests {
                     row
                 })
                 .collect();
-            db.write(WriteOp::Append {
-                session_id: id,
-                rows,
-                once_key: None,
-            })
-            .unwrap();
+            append_rows(&db, &id, rows);
         }
         index_now(&db);
         let with_pair = rows_of(

@@ -41,13 +41,18 @@ pub fn append(db: &SqliteBackend, id: &str, n: usize) -> Result<WriteOut> {
     })
 }
 
-pub fn append_text(db: &SqliteBackend, id: &str, text: &str) {
+/// `rows` appended to session `id` (no once-key), the write's outcome.
+pub fn append_rows(db: &SqliteBackend, id: &str, rows: Vec<NewMessage>) -> WriteOut {
     db.write(WriteOp::Append {
         session_id: id.into(),
-        rows: vec![NewMessage::text("user", text, 1.0)],
+        rows,
         once_key: None,
     })
-    .unwrap();
+    .unwrap()
+}
+
+pub fn append_text(db: &SqliteBackend, id: &str, text: &str) {
+    append_rows(db, id, vec![NewMessage::text("user", text, 1.0)]);
 }
 
 /// One message, written without waiting.
