@@ -203,6 +203,35 @@ mod tests {
     }
 
     #[test]
+    fn a_deleted_or_replaced_file_still_reads_what_it_held_with_no_idle_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        create(&db, "s");
+        append(&db, "s", 3).unwrap();
+        std::fs::remove_file(dir.path().join("state.db")).unwrap();
+        // No idle reader: the read must open one, and the path names nothing.
+        crate::store::lock(&db.readers).clear();
+        let held = db
+            .read(|c| c.query_row("SELECT count(*) FROM messages", [], |r| r.get::<_, i64>(0)))
+            .unwrap();
+        assert_eq!(held, 3);
+        assert!(
+            !dir.path().join("state.db").exists(),
+            "a read recreated the file"
+        );
+        // Replaced by another database: still ours that is read.
+        let other = Connection::open(dir.path().join("state.db")).unwrap();
+        other
+            .execute_batch("CREATE TABLE messages(id); INSERT INTO messages VALUES (1);")
+            .unwrap();
+        crate::store::lock(&db.readers).clear();
+        let held = db
+            .read(|c| c.query_row("SELECT count(*) FROM messages", [], |r| r.get::<_, i64>(0)))
+            .unwrap();
+        assert_eq!(held, 3);
+    }
+
+    #[test]
     fn opening_waits_for_another_process_holding_the_new_file() {
         // Another opener of a brand-new file holds it exclusively for longer
         // than one busy wait (it is switching it to WAL and creating tables).

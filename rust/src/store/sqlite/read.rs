@@ -32,8 +32,18 @@ impl SqliteBackend {
         f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
     ) -> Result<rusqlite::Result<T>> {
         self.ensure_open()?;
-        let conn = match lock(&self.readers).pop() {
+        let idle = lock(&self.readers).pop();
+        let conn = match idle {
             Some(c) => c,
+            // The path no longer names the file we opened (deleted, or
+            // replaced by another file a new connection would read): our
+            // connections still read what it holds, as an idle reader
+            // would, while writes are refused.
+            None if self.ensure_same_file().is_err() => {
+                let writer = lock(&self.writer);
+                let w = writer.as_ref().ok_or_else(|| self.closed_error())?;
+                return Ok(f(&w.conn));
+            }
             None => connect(&self.path, self.options.durability).map_err(|e| {
                 note_short_read(&self.cut, &e);
                 classify(&self.at, e)
