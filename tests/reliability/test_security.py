@@ -328,16 +328,22 @@ REVIEWED_SQL_FORMATS = {
     ("search.rs", "SELECT count(*), max(rowid) - (SELECT min(id) FROM messages) FROM (SELECT "
                   "rowid FROM {table} WHERE {table} MATCH ?1 LIMIT {FEW_MATCHES})"):
         "a literal index table name; the integer constant FEW_MATCHES",
-    ("search.rs", "SELECT m.id {from}{sources}"):
-        "a literal FROM clause; the source filters of Statement (literal clauses and bound "
+    ("search.rs", "(SELECT {end}(m.id) FROM messages m WHERE m.session_id = s.id AND "
+                  "m.active = 1)"):
+        "a literal 'min' or 'max'",
+    ("search.rs", "SELECT s.id, {first}, {last}, COALESCE(s.message_count, 0) FROM sessions s "
+                  "WHERE 1{sources}"):
+        "the two subqueries above; the source filters of Statement (literal clauses and bound "
         "parameters)",
-    ("search.rs", "SELECT m.id {from}{sources} AND m.active = 1 UNION ALL SELECT m.id "
-                  "{from}{sources} AND m.active < 1 AND m.compacted = 1 UNION ALL SELECT m.id "
-                  "{from}{sources} AND m.active > 1 AND m.compacted = 1 UNION ALL SELECT m.id FROM "
-                  "messages m WHERE m.active IS NULL AND m.compacted = 1 AND m.session_id IN "
-                  "(SELECT s.id FROM sessions s WHERE 1{sources})"):
+    ("search.rs", "SELECT m.id {from}{sources} AND m.active < 1{compacted} UNION ALL SELECT m.id "
+                  "{from}{sources} AND m.active > 1{compacted} UNION ALL SELECT m.id FROM "
+                  "messages m WHERE m.active IS NULL{compacted} AND m.session_id IN (SELECT s.id "
+                  "FROM sessions s WHERE 1{sources})"):
         "a literal FROM clause; the source filters of Statement (literal clauses and bound "
-        "parameters)",
+        "parameters); a literal '' or ' AND m.compacted = 1'",
+    ("search.rs", "SELECT m.id FROM json_each(?1) p CROSS JOIN messages m ON m.id = p.value "
+                  "CROSS JOIN sessions s ON s.id = m.session_id WHERE 1{filters}"):
+        "the filters of Statement (literal clauses and bound parameters; the ids are bound)",
     ("search.rs", "SELECT {table}.rowid, {table}.rank FROM {table} WHERE {table} MATCH ?1"
                   "{ranking} AND {function}({table}.rowid)"):
         "a literal index table name; the ranking constraint (IndexQuery::ranking: '' or ' AND "
@@ -360,12 +366,12 @@ REVIEWED_SQL_FORMATS = {
     ("substrings.rs", "CREATE VIRTUAL TABLE IF NOT EXISTS {VOCABULARY} USING fts5vocab(main, "
                       "{TRIGRAMS}, row)"):
         "the constant names of the temporary vocabulary table and of the trigram index",
-    ("substrings.rs", "SELECT m.id FROM {TABLE} CROSS JOIN messages m ON m.id = {TABLE}.rowid"
-                      "{sessions} WHERE {TABLE} MATCH ?1{filters} ORDER BY m.timestamp DESC, "
-                      "m.id DESC {page}"):
-        "the constant trigram index name; a literal join of sessions or nothing; the "
-        "admitted-ids function's constant name, the filters and page of Statement (the query "
-        "is bound)",
+    ("substrings.rs", "SELECT m.id FROM {TABLE} CROSS JOIN messages m ON m.id = {TABLE}.rowid "
+                      "CROSS JOIN sessions s ON s.id = m.session_id WHERE {TABLE} MATCH "
+                      "?1{in_set}{filters} ORDER BY m.timestamp DESC, m.id DESC {page}"):
+        "the constant trigram index name; '' or a test by the admitted-ids function's constant "
+        "name of the literal table's rowid; the filters and page of Statement (the query is "
+        "bound)",
     ("search.rs", "(SELECT value FROM json_each({}))"):
         "a parameter (Statement::bind's ?N: the listed values as one bound JSON text)",
     ("search.rs", " AND {table}.rowid >= (SELECT MIN(id) FROM messages WHERE session_id = {id}) "

@@ -1,17 +1,19 @@
-//! The messages a search's source filter admits, as a set of ids that the
-//! ranked query tests each match against, in SQL, as `hermes_admitted(id)`.
+//! A set of message ids holding at least those a search's source filter
+//! admits, which the ranked query tests each match against, in SQL, as
+//! `hermes_admitted(id)`.
 //!
 //! A word common to most messages matches hundreds of thousands of rows.
 //! Ranking them all and then joining each with its session to test the
 //! source (what the plain query does) costs a bm25 score and two row reads
-//! per match; reading the admitted ids from the index of messages by
-//! session first (no message row is read) and testing a match against
-//! them costs a bit, so only the matches a filter keeps are ranked.
+//! per match; testing a match against the set (built from the index of
+//! messages by session: `search.rs::admitted_set`) costs a bit, so only the
+//! matches in it are ranked, and only the best of those are read to test
+//! the filters.
 
 use std::cell::RefCell;
 
 use rusqlite::functions::FunctionFlags;
-use rusqlite::{Connection, Params};
+use rusqlite::Connection;
 
 /// The SQL function's name.
 pub const FUNCTION: &str = "hermes_admitted";
@@ -31,15 +33,31 @@ pub struct IdSet {
 }
 
 impl IdSet {
-    pub fn from_ids(ids: &[i64]) -> IdSet {
-        let (Some(&first), Some(&last)) = (ids.iter().min(), ids.iter().max()) else {
+    /// The ids of the inclusive ranges `ranges` (in any order, overlaps
+    /// allowed; a range whose end is before its start holds nothing).
+    pub fn from_ranges(ranges: &[(i64, i64)]) -> IdSet {
+        let ranges: Vec<(i64, i64)> = ranges.iter().copied().filter(|(a, b)| a <= b).collect();
+        let (Some(first), Some(last)) = (
+            ranges.iter().map(|r| r.0).min(),
+            ranges.iter().map(|r| r.1).max(),
+        ) else {
             return IdSet::default();
         };
         let span = usize::try_from(last - first).unwrap_or(0) + 1;
         let mut bits = vec![0u64; span.div_ceil(64)];
-        for &id in ids {
-            let at = (id - first) as usize;
-            bits[at / 64] |= 1 << (at % 64);
+        for (a, b) in ranges {
+            let (a, b) = ((a - first) as usize, (b - first) as usize);
+            // Whole words at once: a session's run is hundreds of ids.
+            let (wa, wb) = (a / 64, b / 64);
+            let head = u64::MAX << (a % 64);
+            let tail = u64::MAX >> (63 - b % 64);
+            if wa == wb {
+                bits[wa] |= head & tail;
+            } else {
+                bits[wa] |= head;
+                bits[wa + 1..wb].fill(u64::MAX);
+                bits[wb] |= tail;
+            }
         }
         IdSet { first, bits }
     }
@@ -54,15 +72,6 @@ impl IdSet {
         self.bits
             .get(at / 64)
             .is_some_and(|word| word & (1 << (at % 64)) != 0)
-    }
-
-    /// The ids `sql` returns (its first column), with `params`.
-    pub fn read(conn: &Connection, sql: &str, params: impl Params) -> rusqlite::Result<IdSet> {
-        let mut stmt = conn.prepare_cached(sql)?;
-        let ids = stmt
-            .query_map(params, |row| row.get::<_, i64>(0))?
-            .collect::<rusqlite::Result<Vec<i64>>>()?;
-        Ok(IdSet::from_ids(&ids))
     }
 }
 
@@ -100,15 +109,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_set_holds_exactly_its_ids() {
-        let set = IdSet::from_ids(&[70, 5, 64, 6]);
-        for id in [5, 6, 64, 70] {
-            assert!(set.contains(id), "{id}");
+    fn a_set_holds_exactly_the_ids_of_its_ranges() {
+        let ranges = [(70, 70), (5, 6), (64, 64), (100, 300), (250, 260), (9, 8)];
+        let set = IdSet::from_ranges(&ranges);
+        let held = |id: i64| ranges.iter().any(|&(a, b)| a <= id && id <= b);
+        for id in (-2..400).chain([i64::MIN, i64::MAX]) {
+            assert_eq!(set.contains(id), held(id), "{id}");
         }
-        for id in [i64::MIN, -1, 0, 4, 7, 63, 65, 69, 71, i64::MAX] {
-            assert!(!set.contains(id), "{id}");
-        }
-        assert!(!IdSet::from_ids(&[]).contains(0));
+        assert!(!IdSet::from_ranges(&[]).contains(0));
+        assert!(!IdSet::from_ranges(&[(3, 2)]).contains(2));
     }
 
     #[test]
@@ -120,7 +129,7 @@ mod tests {
                 .unwrap()
         };
         assert!(!ask(3));
-        with_set(IdSet::from_ids(&[3]), || {
+        with_set(IdSet::from_ranges(&[(3, 3)]), || {
             assert!(ask(3));
             assert!(!ask(4));
         });

@@ -67,22 +67,11 @@ impl Statement {
     /// each a term that starts with ` AND `. `index` is the FTS5 table a
     /// route reads, whose rows a session filter bounds to the session's ids.
     pub fn filters(&mut self, search: &Search, index: Option<&str>) -> String {
-        self.filters_on(search, index, true)
-    }
-
-    /// [`Self::filters`] but the sources: the filters on `m` alone.
-    pub fn message_filters(&mut self, search: &Search, index: Option<&str>) -> String {
-        self.filters_on(search, index, false)
-    }
-
-    fn filters_on(&mut self, search: &Search, index: Option<&str>, sources: bool) -> String {
         let mut sql = String::new();
         if !search.include_inactive {
             sql.push_str(" AND (m.active = 1 OR m.compacted = 1)");
         }
-        if sources {
-            sql.push_str(&self.source_filters(search));
-        }
+        sql.push_str(&self.source_filters(search));
         sql.push_str(&self.role_filter(search));
         if let Some(session) = &search.session_id {
             let id = self.bind(SqlValue::Text(session.clone()));
@@ -236,10 +225,11 @@ fn by_admitted_ids(search: &Search) -> bool {
 }
 
 /// The density of matches (1 message in this many) from which ranking only
-/// the admitted matches pays for reading the admitted ids: an admitted id
-/// costs ~0.1 µs to read, a match ~1.4 µs to rank (position lists and its
-/// row's length), so for a filter admitting a quarter of the messages it
-/// pays from ~1 match in 40 messages.
+/// the admitted matches pays for building the admitted set where its ids
+/// are read one by one (sessions written amid others, [`admitted_set`]): an
+/// admitted id costs ~0.1 µs to read, a match ~1.4 µs to rank (position
+/// lists and its row's length), so for a filter admitting a quarter of the
+/// messages it pays from ~1 match in 40 messages.
 const ADMITTED_PAYS_FROM: i64 = 32;
 
 /// Whether a ranked search of `fts5` in `table` under a source filter ranks
@@ -277,39 +267,97 @@ fn first_matches(
         .query_row([fts5], |r| Ok((r.get(0)?, r.get(1)?)))
 }
 
-/// The ids of the messages the source filters of `search` admit, live (and
-/// compaction-archived) ones unless it includes inactive rows, with its
-/// parameters: read from the index of messages by session and `active`,
-/// so only an inactive row's own `compacted` is read. `active IS NOT 1` is
-/// its three ranges of that index (`< 1`, `> 1`, and NULL from the partial
-/// index of NULLs): as one test it read every row of the sessions again.
-pub(super) fn admitted_ids(search: &Search) -> (String, Vec<SqlValue>) {
+/// A set that holds at least the ids of the messages the source filters of
+/// `search` admit (live and compaction-archived ones unless it includes
+/// inactive rows): a match outside it is not admitted, one inside must still
+/// pass the search's filters.
+///
+/// A session's live rows are taken as the run of ids from its first to its
+/// last (two lookups in the index of messages by session and `active`),
+/// unless the run holds more than [`LOOSE_RUN`] ids more than the session's
+/// `message_count` (a session written amid others): then its live ids are
+/// read one by one from that index (no message row is read). The inactive
+/// rows are read one by one either way (`active IS NOT 1` as its three
+/// ranges of that index, `< 1`, `> 1` and NULL from the partial index of
+/// NULLs: as one test it read every row of the sessions again).
+pub(super) fn admitted_set(conn: &Connection, search: &Search) -> rusqlite::Result<IdSet> {
     let mut st = Statement { params: Vec::new() };
     let sources = st.source_filters(search);
-    let from = "FROM sessions s JOIN messages m ON m.session_id = s.id WHERE 1";
-    let sql = if search.include_inactive {
-        format!("SELECT m.id {from}{sources}")
-    } else {
-        format!(
-            "SELECT m.id {from}{sources} AND m.active = 1
-             UNION ALL
-             SELECT m.id {from}{sources} AND m.active < 1 AND m.compacted = 1
-             UNION ALL
-             SELECT m.id {from}{sources} AND m.active > 1 AND m.compacted = 1
-             UNION ALL
-             SELECT m.id FROM messages m WHERE m.active IS NULL AND m.compacted = 1
-               AND m.session_id IN (SELECT s.id FROM sessions s WHERE 1{sources})"
-        )
+    let live = |end: &str| {
+        format!("(SELECT {end}(m.id) FROM messages m WHERE m.session_id = s.id AND m.active = 1)")
     };
-    (sql, st.params)
+    let runs_sql = format!(
+        "SELECT s.id, {first}, {last}, COALESCE(s.message_count, 0) FROM sessions s WHERE 1{sources}",
+        first = live("min"),
+        last = live("max"),
+    );
+    let mut ranges: Vec<(i64, i64)> = Vec::new();
+    let mut loose: Vec<String> = Vec::new();
+    let mut runs = conn.prepare_cached(&runs_sql)?;
+    let mut rows = runs.query(params_from_iter(&st.params))?;
+    while let Some(row) = rows.next()? {
+        let (Some(first), Some(last)) = (row.get::<_, Option<i64>>(1)?, row.get(2)?) else {
+            continue;
+        };
+        let counted: i64 = row.get::<_, i64>(3)?.max(0);
+        if last - first < counted.saturating_add(counted / LOOSE_RUN) {
+            ranges.push((first, last));
+        } else {
+            loose.push(row.get(0)?);
+        }
+    }
+    for session in loose {
+        let live = "SELECT m.id FROM messages m WHERE m.session_id = ?1 AND m.active = 1";
+        ranges.extend(id_runs(conn, live, &[SqlValue::Text(session)])?);
+    }
+    let from = "FROM sessions s JOIN messages m ON m.session_id = s.id WHERE 1";
+    let compacted = if search.include_inactive {
+        ""
+    } else {
+        " AND m.compacted = 1"
+    };
+    let inactive = format!(
+        "SELECT m.id {from}{sources} AND m.active < 1{compacted}
+         UNION ALL
+         SELECT m.id {from}{sources} AND m.active > 1{compacted}
+         UNION ALL
+         SELECT m.id FROM messages m WHERE m.active IS NULL{compacted}
+           AND m.session_id IN (SELECT s.id FROM sessions s WHERE 1{sources})"
+    );
+    ranges.extend(id_runs(conn, &inactive, &st.params)?);
+    Ok(IdSet::from_ranges(&ranges))
+}
+
+/// How loosely a session's run of ids may hold its live rows (1 id in this
+/// many more than its `message_count`) before [`admitted_set`] reads its ids
+/// instead: an id read costs ~0.07 µs, a match of an id of another session
+/// up to ~1.4 µs to rank.
+const LOOSE_RUN: i64 = 16;
+
+/// The ids `sql` returns (its first column, with `params`), consecutive
+/// ones as one run.
+fn id_runs(conn: &Connection, sql: &str, params: &[SqlValue]) -> rusqlite::Result<Vec<(i64, i64)>> {
+    let mut runs: Vec<(i64, i64)> = Vec::new();
+    let mut stmt = conn.prepare_cached(sql)?;
+    let mut rows = stmt.query(params_from_iter(params))?;
+    while let Some(row) = rows.next()? {
+        let id: i64 = row.get(0)?;
+        match runs.last_mut() {
+            Some(run) if run.1.checked_add(1) == Some(id) => run.1 = id,
+            _ => runs.push((id, id)),
+        }
+    }
+    Ok(runs)
 }
 
 /// The ids of a page of hits, best match first (equal ranks in id order),
-/// ranking only the matches in the admitted set (`admitted.rs`, set by the
-/// caller). With a role filter, every admitted match is ranked and then
-/// their roles are read in rank order, a chunk at a time, until the page is
-/// full: reading the role of each admitted match before ranking would cost
-/// a message row read each (most of the time for a common word).
+/// ranking only the matches in the set of [`admitted_set`] (`admitted.rs`,
+/// set by the caller). The ranked matches are then tested against the
+/// search's filters in rank order, a chunk of ids per statement, until the
+/// page is full: the set holds ids the filters reject (a role, a session's
+/// inactive rows, other sessions' ids amid its run), and reading the row of
+/// each admitted match before ranking would cost a message row read each
+/// (most of the time for a common word).
 fn admitted_page(
     conn: &Connection,
     index: &IndexQuery,
@@ -322,43 +370,34 @@ fn admitted_page(
         function = admitted::FUNCTION,
         ranking = index.ranking(),
     );
-    let (offset, limit) = (search.offset.max(0), search.limit.max(0));
-    let Some(roles) = search.roles.as_ref().filter(|r| !r.is_empty()) else {
-        // `+rank`: an expression, so FTS5 does not take over the order (it
-        // would rank every match, before the filter).
-        let page = format!("{admitted} ORDER BY +{table}.rank, {table}.rowid LIMIT ?2 OFFSET ?3");
-        return conn
-            .prepare_cached(&page)?
-            .query_map(params![fts5, limit, offset], |r| r.get(0))?
-            .collect();
-    };
     let mut ranked: Vec<(f64, i64)> = conn
         .prepare_cached(&admitted)?
         .query_map([fts5], |r| Ok((r.get(1)?, r.get(0)?)))?
         .collect::<rusqlite::Result<_>>()?;
     ranked.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    // The roles are read a chunk of ranked ids at a time (one statement
-    // for many rows), a chunk being a few pages' worth of the roles kept.
-    let mut roles_of = conn.prepare_cached(
-        "SELECT id, role FROM messages WHERE id IN (SELECT value FROM json_each(?1))",
-    )?;
+    // ?1: a chunk of ranked ids, as a JSON array.
+    let mut st = Statement {
+        params: vec![SqlValue::Null],
+    };
+    let filters = st.filters(search, None);
+    // CROSS JOIN: the ids drive (SQLite would rather read every message of
+    // the admitted sessions).
+    let mut passing = conn.prepare_cached(&format!(
+        "SELECT m.id FROM json_each(?1) p CROSS JOIN messages m ON m.id = p.value
+         CROSS JOIN sessions s ON s.id = m.session_id WHERE 1{filters}"
+    ))?;
+    let (offset, limit) = (search.offset.max(0), search.limit.max(0));
     let wanted = usize::try_from(offset.saturating_add(limit)).unwrap_or(usize::MAX);
+    // A chunk: a few pages' worth of the ids kept.
     let chunk = wanted.saturating_mul(4).clamp(256, 4096);
     let mut kept = Vec::new();
     for ids in ranked.chunks(chunk) {
         let ids: Vec<i64> = ids.iter().map(|(_, id)| *id).collect();
-        let listed = serde_json::to_string(&ids).unwrap_or_default();
-        let kept_ids: std::collections::HashSet<i64> = roles_of
-            .query_map([listed], |r| {
-                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
-            })?
-            .filter_map(|row| match row {
-                Ok((id, role)) if roles.contains(&role) => Some(Ok(id)),
-                Ok(_) => None,
-                Err(e) => Some(Err(e)),
-            })
+        st.params[0] = SqlValue::Text(serde_json::to_string(&ids).unwrap_or_default());
+        let passed: std::collections::HashSet<i64> = passing
+            .query_map(params_from_iter(&st.params), |r| r.get(0))?
             .collect::<rusqlite::Result<_>>()?;
-        kept.extend(ids.into_iter().filter(|id| kept_ids.contains(id)));
+        kept.extend(ids.into_iter().filter(|id| passed.contains(id)));
         if kept.len() >= wanted {
             break;
         }
@@ -412,8 +451,7 @@ impl SqliteBackend {
             {
                 // One snapshot for the admitted ids and the matches.
                 let tx = c.unchecked_transaction()?;
-                let (ids_sql, ids_params) = admitted_ids(search);
-                let set = IdSet::read(c, &ids_sql, params_from_iter(&ids_params))?;
+                let set = admitted_set(c, search)?;
                 let ids = admitted::with_set(set, || admitted_page(c, &index, search))?;
                 let ids = serde_json::to_string(&ids).unwrap_or_default();
                 let snippet = hits_of_ids(Snippet::Index(index.table));
@@ -517,20 +555,31 @@ mod tests {
     fn a_filtered_search_of_many_matches_finds_what_the_plain_query_finds() {
         let dir = tempfile::tempdir().unwrap();
         let db = open(&dir);
-        // Two sources, three roles in turn, content whose length varies (so
-        // ranks differ) and more matches than are counted before choosing.
-        for (n, source) in ["cli", "telegram", "discord", "cli"].iter().enumerate() {
-            let id = format!("s{n}");
-            create_at(&db, &id, source, n as f64);
-            let rows = (0..400)
+        // Three sources, three roles in turn, content whose length varies
+        // (so ranks differ) and more matches than are counted before
+        // choosing. The last telegram session's run of ids holds a few rows
+        // of a cli one, written amid it, that rank first.
+        let rows = |from: usize| -> Vec<NewMessage> {
+            (from..from + 400)
                 .map(|i| {
                     let role = ["user", "assistant", "tool"][i % 3];
                     let filler = "pad ".repeat(i % 7);
                     NewMessage::text(role, &format!("common {filler}word {i}"), i as f64)
                 })
-                .collect();
-            append_rows(&db, &id, rows);
+                .collect()
+        };
+        for (n, source) in ["cli", "telegram", "discord", "cli", "telegram", "cli"]
+            .iter()
+            .enumerate()
+        {
+            create_at(&db, &format!("s{n}"), source, n as f64);
         }
+        for n in 0..5 {
+            append_rows(&db, &format!("s{n}"), rows(0));
+        }
+        let amid = (0..10).map(|i| NewMessage::text(["user", "tool"][i % 2], "common", 0.0));
+        append_rows(&db, "s5", amid.collect());
+        append_rows(&db, "s4", rows(400));
         index_now(&db);
         // Some rows rewound, some archived by a compaction.
         let file = Connection::open(dir.path().join("state.db")).unwrap();
@@ -582,6 +631,56 @@ mod tests {
                 .unwrap();
             let found = db.search(&search).unwrap();
             assert_eq!(hit_ids(&found), hit_ids(&plain), "{search:?}");
+        }
+    }
+
+    #[test]
+    fn the_admitted_set_holds_every_admitted_id_and_reads_them_when_sessions_interleave() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        create_at(&db, "a", "telegram", 1.0);
+        create_at(&db, "b", "cli", 2.0);
+        create_at(&db, "c", "telegram", 3.0);
+        let row = |i: i64| vec![NewMessage::text("user", &format!("row {i}"), i as f64)];
+        for i in 0..200 {
+            append_rows(&db, "a", row(i));
+            append_rows(&db, "b", row(i));
+        }
+        append_rows(&db, "c", (0..300).flat_map(row).collect());
+        let file = Connection::open(dir.path().join("state.db")).unwrap();
+        file.execute_batch(
+            "UPDATE messages SET active = 0 WHERE id % 7 = 0;
+             UPDATE messages SET active = 2 WHERE id % 9 = 0;
+             UPDATE messages SET compacted = 1 WHERE id % 14 = 0 OR id % 18 = 0;",
+        )
+        .unwrap();
+        let rows: Vec<(i64, String, i64, i64)> = {
+            let mut stmt = file
+                .prepare("SELECT id, session_id, active, compacted FROM messages")
+                .unwrap();
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap()
+        };
+        for include_inactive in [false, true] {
+            let search = Search {
+                sources: Some(vec!["telegram".into()]),
+                include_inactive,
+                ..Search::default()
+            };
+            let set = db.read(|c| admitted_set(c, &search)).unwrap();
+            for (id, session, active, compacted) in &rows {
+                let admitted =
+                    session != "b" && (include_inactive || *active == 1 || *compacted == 1);
+                // "a" and "b" interleave, so the ids are read: the set is
+                // exact but for "c"'s run, which holds its inactive rows.
+                if session == "c" && !admitted {
+                    assert!(set.contains(*id), "{id} of c's run");
+                } else {
+                    assert_eq!(set.contains(*id), admitted, "{id} {session} {active}");
+                }
+            }
         }
     }
 

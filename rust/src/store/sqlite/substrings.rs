@@ -17,9 +17,9 @@
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, params_from_iter, Connection};
 
-use super::admitted::{self, IdSet};
+use super::admitted;
 use super::search::{
-    admitted_ids, hits_of_ids, many_matches, with_context, Statement, HIT_COLUMNS,
+    admitted_set, hits_of_ids, many_matches, with_context, Statement, HIT_COLUMNS,
 };
 use super::search_index::INDEXED_TEXT;
 use super::tables;
@@ -135,8 +135,7 @@ pub fn search(
     // are many matches to test; a few are tested against their session.
     let filtered = search.sources.is_some() || search.exclude_sources.is_some();
     let ids = if filtered && search.session_id.is_none() && many_matches(conn, TRIGRAMS, &query)? {
-        let (ids_sql, ids_params) = admitted_ids(search);
-        let set = IdSet::read(conn, &ids_sql, params_from_iter(&ids_params))?;
+        let set = admitted_set(conn, search)?;
         admitted::with_set(set, || newest_matches(conn, &query, search, true))?
     } else {
         newest_matches(conn, &query, search, false)?
@@ -172,8 +171,8 @@ impl Snippet<'_> {
 }
 
 /// The ids of a page of the trigram index's matches of `query` that pass
-/// the filters of `search`, newest first. With `admitted`, the source
-/// filters are the set `admitted.rs` holds (tested before a row is read).
+/// the filters of `search`, newest first. With `admitted`, a match is first
+/// tested against the set `admitted.rs` holds, before its row is read.
 fn newest_matches(
     conn: &Connection,
     query: &str,
@@ -184,26 +183,18 @@ fn newest_matches(
     let mut st = Statement {
         params: vec![SqlValue::Text(query.to_owned())],
     };
-    let (sessions, filters) = if admitted {
-        (
-            String::new(),
-            format!(
-                " AND {}({TABLE}.rowid){}",
-                admitted::FUNCTION,
-                st.message_filters(search, Some(TABLE))
-            ),
-        )
+    let in_set = if admitted {
+        format!(" AND {}({TABLE}.rowid)", admitted::FUNCTION)
     } else {
-        (
-            " CROSS JOIN sessions s ON s.id = m.session_id".to_owned(),
-            st.filters(search, Some(TABLE)),
-        )
+        String::new()
     };
+    let filters = st.filters(search, Some(TABLE));
     let page = st.page(search);
     // CROSS JOIN: the index's matches drive, each row read once.
     let sql = format!(
-        "SELECT m.id FROM {TABLE} CROSS JOIN messages m ON m.id = {TABLE}.rowid{sessions}
-         WHERE {TABLE} MATCH ?1{filters}
+        "SELECT m.id FROM {TABLE} CROSS JOIN messages m ON m.id = {TABLE}.rowid
+         CROSS JOIN sessions s ON s.id = m.session_id
+         WHERE {TABLE} MATCH ?1{in_set}{filters}
          ORDER BY m.timestamp DESC, m.id DESC {page}"
     );
     conn.prepare_cached(&sql)?
@@ -286,19 +277,32 @@ mod tests {
         let db = open(&dir);
         let mut draw = Draw(0x9E37_79B9_7F4A_7C15);
         // More rows hold 北京 than a search counts before it reads the
-        // source filter's ids (`FEW_MATCHES`), so both ways are taken.
-        for (n, source) in ["cli", "telegram", "cli", "discord"].iter().enumerate() {
-            let id = format!("s{n}");
-            create_at(&db, &id, source, n as f64);
-            let rows = (0..400)
+        // source filter's ids (`FEW_MATCHES`), so both ways are taken. The
+        // last telegram session's run of ids holds a few rows of a cli one.
+        let sources = ["cli", "telegram", "cli", "discord", "telegram", "cli"];
+        for (n, source) in sources.iter().enumerate() {
+            create_at(&db, &format!("s{n}"), source, n as f64);
+        }
+        for (n, count) in [
+            (0, 400),
+            (1, 400),
+            (2, 400),
+            (3, 400),
+            (4, 200),
+            (5, 10),
+            (4, 200),
+        ] {
+            let rows = (0..count)
                 .map(|i| {
                     let role = ["user", "assistant", "tool"][i % 3];
                     let mut text = draw.text(&ALPHABET, 12);
                     if draw.below(4) > 0 {
                         text = format!("{text}北京{}", draw.text(&ALPHABET, 3));
                     }
-                    // Few distinct times, so that ties are ordered by id.
-                    let mut row = NewMessage::text(role, &text, draw.below(40) as f64);
+                    // Few distinct times, so that ties are ordered by id;
+                    // the cli rows amid the telegram run are the newest.
+                    let at = if n == 5 { 99.0 } else { draw.below(40) as f64 };
+                    let mut row = NewMessage::text(role, &text, at);
                     if i % 7 == 0 {
                         row.tool_name = Some(draw.text(&ALPHABET, 4));
                         let argument = draw.text(&ALPHABET, 6);
@@ -307,7 +311,7 @@ mod tests {
                     row
                 })
                 .collect();
-            append_rows(&db, &id, rows);
+            append_rows(&db, &format!("s{n}"), rows);
         }
         index_now(&db);
         let with_pair = rows_of(
