@@ -211,10 +211,7 @@ mod tests {
         std::fs::remove_file(dir.path().join("state.db")).unwrap();
         // No idle reader: the read must open one, and the path names nothing.
         crate::store::lock(&db.readers).clear();
-        let held = db
-            .read(|c| c.query_row("SELECT count(*) FROM messages", [], |r| r.get::<_, i64>(0)))
-            .unwrap();
-        assert_eq!(held, 3);
+        assert_eq!(rows_of(&db, "SELECT count(*) FROM messages"), 3);
         assert!(
             !dir.path().join("state.db").exists(),
             "a read recreated the file"
@@ -225,10 +222,7 @@ mod tests {
             .execute_batch("CREATE TABLE messages(id); INSERT INTO messages VALUES (1);")
             .unwrap();
         crate::store::lock(&db.readers).clear();
-        let held = db
-            .read(|c| c.query_row("SELECT count(*) FROM messages", [], |r| r.get::<_, i64>(0)))
-            .unwrap();
-        assert_eq!(held, 3);
+        assert_eq!(rows_of(&db, "SELECT count(*) FROM messages"), 3);
     }
 
     #[test]

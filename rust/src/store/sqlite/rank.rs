@@ -28,14 +28,16 @@ const B: f64 = 0.75;
 
 /// Declares `hermes_phrase_rank` on `conn`'s FTS5 tables.
 pub fn declare(conn: &Connection) -> rusqlite::Result<()> {
-    let api = super::tokenizer::fts5_api(conn)
-        .map_err(|e| rusqlite::Error::SqliteFailure(ffi::Error::new(ffi::SQLITE_ERROR), Some(e)))?;
+    let failure = |rc: c_int, detail: Option<String>| {
+        rusqlite::Error::SqliteFailure(ffi::Error::new(rc), detail)
+    };
+    let api = super::tokenizer::fts5_api(conn).map_err(|e| failure(ffi::SQLITE_ERROR, Some(e)))?;
     // SAFETY: `api` is the live FTS5 API of `conn`; the name is a static C
     // string and the function has no user data to free.
     let rc = unsafe {
         let create = (*api).xCreateFunction.ok_or_else(|| {
-            rusqlite::Error::SqliteFailure(
-                ffi::Error::new(ffi::SQLITE_ERROR),
+            failure(
+                ffi::SQLITE_ERROR,
                 Some("FTS5 has no xCreateFunction".into()),
             )
         })?;
@@ -50,7 +52,7 @@ pub fn declare(conn: &Connection) -> rusqlite::Result<()> {
     if rc == ffi::SQLITE_OK {
         Ok(())
     } else {
-        Err(rusqlite::Error::SqliteFailure(ffi::Error::new(rc), None))
+        Err(failure(rc, None))
     }
 }
 

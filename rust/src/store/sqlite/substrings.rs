@@ -131,8 +131,9 @@ pub fn search(
     let query = fts5(terms, &found, &expr);
     // One snapshot for the admitted ids, the matches and their rows.
     let tx = conn.unchecked_transaction()?;
-    // A source filter is a set of ids (as for a ranked search) when there
-    // are many matches to test; a few are tested against their session.
+    // Under a source filter with many matches to test, a match is first
+    // tested against a set of ids (as for a ranked search) before its row
+    // and session are read; a few are read at once.
     let filtered = search.sources.is_some() || search.exclude_sources.is_some();
     let ids = if filtered && search.session_id.is_none() && many_matches(conn, TRIGRAMS, &query)? {
         let set = admitted_set(conn, search)?;
