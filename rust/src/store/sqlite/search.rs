@@ -11,7 +11,7 @@ use super::busy::with_busy_retry;
 use super::error::{classify, note_short_read};
 use super::search_index::CATCH_UP_CHUNK_ROWS;
 use super::substrings::{self, Snippet};
-use super::{rank, schema, tables, SqliteBackend};
+use super::{rank, tables, SqliteBackend};
 use crate::error::{Error, Result};
 use crate::model::Table;
 use crate::store::lock;
@@ -425,7 +425,17 @@ pub(super) fn hits_of_ids(snippet: Snippet<'_>) -> String {
 impl SqliteBackend {
     pub(super) fn search_messages(&self, search: &Search) -> Result<Table> {
         let terms = Terms::parse(&search.query);
-        let trigrams = self.read(|c| schema::has_table(c, "messages_fts_trigram"))?;
+        // One look at the file: what is pending (a failure to tell is
+        // handled as nothing pending, below), then whether it has the
+        // trigram index, from the connection's copy of the schema, which
+        // that first read brought up to date.
+        let (pending, trigrams) = self.read(|c| {
+            let pending = pending_up_to(c);
+            Ok((
+                pending,
+                c.table_exists(Some(c"main"), c"messages_fts_trigram")?,
+            ))
+        })?;
         let index = match terms.route(trigrams) {
             Route::Words => {
                 let words = terms.words();
@@ -441,7 +451,7 @@ impl SqliteBackend {
         // are indexed first. If that fails (locked past the budget, disk
         // full), the search answers from the index as it is: missing the
         // newest rows beats failing the search.
-        if let Ok(Some(up_to)) = self.read(pending_up_to) {
+        if let Ok(Some(up_to)) = pending {
             let _ = self.index_pending_up_to(up_to);
         }
         let out = self.read_raw(|c| match index {
@@ -529,6 +539,27 @@ mod tests {
         assert_eq!(pending_rows(&db), 1);
         assert_eq!(search_ids(&db, "quetzal"), ids);
         assert_eq!(pending_rows(&db), 0);
+    }
+
+    #[test]
+    fn a_search_sees_the_trigram_index_another_program_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        create(&db, "s");
+        append_text(&db, "s", "连接数据库失败");
+        // The reader has the schema with the trigram index in hand.
+        assert_eq!(search_ids(&db, "数据库").len(), 1);
+        let other = Connection::open(dir.path().join("state.db")).unwrap();
+        other
+            .execute_batch(
+                "DROP TRIGGER messages_fts_trigram_insert;
+                 DROP TRIGGER messages_fts_trigram_delete;
+                 DROP TRIGGER messages_fts_trigram_update;
+                 DROP TABLE messages_fts_trigram;",
+            )
+            .unwrap();
+        // Found by substring now, not an error from the table gone.
+        assert_eq!(search_ids(&db, "数据库").len(), 1);
     }
 
     #[test]
