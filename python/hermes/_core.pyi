@@ -37,7 +37,8 @@ __all__ = [
 ]
 
 SCHEMA_VERSION: int
-#: The DDL of a file we create (tables, indexes, search index and its triggers), one script.
+#: The DDL of a file we create (tables, indexes, search indexes and their triggers), one script;
+#: the store adds its word-pair index (SQLite 3.43+) when it opens the file.
 SCHEMA_SQL: str
 SQLITE_VERSION: str
 #: The longest search query read, in characters; the rest is ignored.

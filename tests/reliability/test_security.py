@@ -274,19 +274,22 @@ REVIEWED_SQL_FORMATS = {
         "the integer constant MIGRATION_LOCK (PostgreSQL)",
     ("schema.rs", "ALTER TABLE {table} ADD COLUMN {column} {decl}"):
         "constants of LATE_COLUMNS",
-    ("search_index.rs", "INSERT INTO {table}(rowid, content) SELECT id, {INDEXED_TEXT} FROM messages "
+    ("search_index.rs", "INSERT INTO {table}(rowid, content) SELECT id, {text} FROM messages "
                         "WHERE id BETWEEN ?1 AND ?2"):
-        "a table name from the constant KNOWN_INDEXES; the constant INDEXED_TEXT",
-    ("search_index.rs", "INSERT INTO {table}(rowid, content) SELECT id, {INDEXED_TEXT} FROM messages "
+        "a table name from the constant KNOWN_INDEXES; its row text (row_text: the constant INDEXED_TEXT, "
+        "or the constant FUNCTION applied to it)",
+    ("search_index.rs", "INSERT INTO {table}(rowid, content) SELECT id, {text} FROM messages "
                         "WHERE id BETWEEN ?1 AND ?2 AND EXISTS (SELECT 1 FROM hermes_fts_pending p "
                         "WHERE messages.id BETWEEN p.first_id AND p.last_id) AND id NOT IN "
                         "(SELECT rowid FROM {table} WHERE rowid BETWEEN ?1 AND ?2)"):
-        "a table name from the constant KNOWN_INDEXES; the constant INDEXED_TEXT",
+        "a table name from the constant KNOWN_INDEXES; its row text (row_text: the constant INDEXED_TEXT, "
+        "or the constant FUNCTION applied to it)",
     ("search_index.rs", "DELETE FROM {table} WHERE rowid IN (SELECT value FROM json_each(?1))"):
         "a table name from the constant KNOWN_INDEXES",
-    ("search_index.rs", "INSERT INTO {table}(rowid, content) SELECT id, {INDEXED_TEXT} FROM messages "
+    ("search_index.rs", "INSERT INTO {table}(rowid, content) SELECT id, {text} FROM messages "
                         "WHERE id IN (SELECT value FROM json_each(?1))"):
-        "a table name from the constant KNOWN_INDEXES; the constant INDEXED_TEXT",
+        "a table name from the constant KNOWN_INDEXES; its row text (row_text: the constant INDEXED_TEXT, "
+        "or the constant FUNCTION applied to it)",
     ("read.rs", "SELECT {columns} FROM messages WHERE session_id = ?1{active} ORDER BY id"):
         "a constant column list (MESSAGE_COLUMNS or CONVERSATION_COLUMNS); a constant clause",
     ("search_index.rs", "INSERT INTO {table}({table}) VALUES ('optimize')"):
@@ -306,13 +309,21 @@ REVIEWED_SQL_FORMATS = {
                   "h.before_id LEFT JOIN messages a ON a.id = h.after_id ORDER BY {order}"):
         "the neighbour subqueries above; one of the two inner searches below; an order of "
         "string literals",
-    ("search.rs", "SELECT m.id, snippet({table}, 0, '>>>', '<<<', '...', 40) AS snippet, "
-                  "{HIT_COLUMNS}, {table}.rank AS hit_rank FROM {table} JOIN messages m ON m.id = "
-                  "{table}.rowid JOIN sessions s ON s.id = m.session_id WHERE {table} MATCH {query}"
-                  "{ranking}{filters} ORDER BY {inner_order} {page}"):
-        "a literal index table name; the constant HIT_COLUMNS; the ranking constraint below; "
-        "the filters and page of Statement (literal clauses and bound parameters); an order of "
-        "string literals (the query itself is bound)",
+    ("search.rs", "SELECT {columns} FROM {table} JOIN messages m ON m.id = {table}.rowid JOIN "
+                  "sessions s ON s.id = m.session_id WHERE {table} MATCH {query}{ranking}{filters} "
+                  "ORDER BY {order} {page}"):
+        "columns of string literals, a literal index table name and the constant HIT_COLUMNS; "
+        "a literal index table name; the ranking constraint below; the filters and page of "
+        "Statement (literal clauses and bound parameters); an order of string literals and the "
+        "table name (the query itself is bound)",
+    ("word_pairs.rs", "INSERT INTO hermes_fts_pairs (rowid, content) SELECT id, {FUNCTION}({text}) "
+                      "FROM messages WHERE id IN (SELECT id FROM hermes_fts_stale WHERE id BETWEEN "
+                      "?1 AND ?2)"):
+        "the constants FUNCTION and INDEXED_TEXT",
+    ("word_pairs.rs", "INSERT INTO hermes_fts_pairs (hermes_fts_pairs) VALUES ('delete-all'); "
+                      "INSERT INTO hermes_fts_pairs (rowid, content) SELECT id, {FUNCTION}({text}) "
+                      "FROM messages; DELETE FROM hermes_fts_stale;"):
+        "the constants FUNCTION and INDEXED_TEXT",
     ("search.rs", "(SELECT n.id FROM messages n WHERE n.session_id = h.session_id AND "
                   "(n.timestamp, n.id) {cmp} (h.timestamp, h.id) ORDER BY n.timestamp {dir}, "
                   "n.id {dir} LIMIT 1)"):

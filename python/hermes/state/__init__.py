@@ -13,7 +13,7 @@ sync method's exact signature (``get_session = offloaded(Sessions.get_session)``
 so ``mypy --strict`` types every awaited result; ``writes_without_waiting``
 lets an event loop make a short write itself when no other writer is in the way.
 ``SCHEMA_VERSION`` (the version we write), ``SCHEMA_SQL`` (the DDL of a file we
-create), ``MAX_FTS5_QUERY_CHARS`` (how much of a search query is read) and
+create, but the word-pair index the store adds on open), ``MAX_FTS5_QUERY_CHARS`` (how much of a search query is read) and
 ``apply_wal_with_fallback`` (WAL for a caller's own ``sqlite3`` connection)
 carry the names hermes-agent's module gives its own. So do ``time`` and ``sys``, the
 standard modules: code written against hermes-agent patches ``time.time`` and

@@ -61,6 +61,7 @@ pub fn configure(conn: &Connection, level: Durability) -> rusqlite::Result<()> {
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     super::admitted::declare(conn)?;
     super::rank::declare(conn)?;
+    super::word_pairs::declare(conn)?;
     Ok(())
 }
 

@@ -34,6 +34,7 @@ mod tables;
 mod test_support;
 pub mod tokenizer;
 mod upkeep;
+mod word_pairs;
 mod write;
 
 use std::path::PathBuf;

@@ -77,9 +77,10 @@ impl SqliteBackend {
                 .at(&at)
         })?;
         let data_version = connection::data_version(&conn).at(&at)?;
-        // Ranges left by a process that crashed before indexing them.
+        // Ranges left by a process that crashed before indexing them, rows
+        // other programs changed.
         let pending = conn
-            .prepare("SELECT 1 FROM hermes_fts_pending")
+            .prepare("SELECT 1 FROM hermes_fts_pending UNION ALL SELECT 1 FROM hermes_fts_stale")
             .and_then(|mut s| s.exists([]))
             .at(&at)?;
         let checkpoint_due = Arc::new(AtomicBool::new(false));

@@ -18,6 +18,7 @@
 use rusqlite::Connection;
 
 use super::search_index::INDEXED_TEXT;
+use super::word_pairs;
 use crate::model::SCHEMA_VERSION;
 
 pub(crate) const TABLES: &str = r#"
@@ -300,18 +301,26 @@ END",
     ),
 ];
 
-/// [`SEARCH_INDEXES`] as one script.
-fn search_indexes_sql() -> String {
-    SEARCH_INDEXES
-        .iter()
+/// Every search-index object our schema creates, by name with its
+/// statement: [`SEARCH_INDEXES`], then the word-pair index's (`word_pairs.rs`).
+pub(super) fn search_index_objects() -> impl Iterator<Item = &'static (&'static str, &'static str)>
+{
+    SEARCH_INDEXES.iter().chain(word_pairs::OBJECTS.iter())
+}
+
+/// `objects` (names with statements) as one script.
+fn script<'a>(objects: impl Iterator<Item = &'a (&'a str, &'a str)>) -> String {
+    objects
         .map(|(_, statement)| format!("\n{statement};\n"))
         .collect()
 }
 
-/// Our whole DDL as one script, exposed as `hermes.state.SCHEMA_SQL` (hermes-agent exports
-/// its own DDL under that name). Run on an empty database it creates what [`ensure`] does.
+/// Our DDL as one script, exposed as `hermes.state.SCHEMA_SQL` (hermes-agent exports its own
+/// DDL under that name). Run on an empty database it creates what [`ensure`] does but the
+/// word-pair index, which needs SQLite 3.43 (Python's `sqlite3` may have an older one): the
+/// store adds it when it opens the file.
 pub fn schema_sql() -> String {
-    [TABLES, INDEXES, &search_indexes_sql()].concat()
+    [TABLES, INDEXES, &script(SEARCH_INDEXES.iter())].concat()
 }
 
 /// Whether the file has a table (or virtual table) `name`.
@@ -326,12 +335,21 @@ pub fn ensure(conn: &Connection) -> rusqlite::Result<()> {
     add_missing_columns(conn)?;
     conn.execute_batch(INDEXES)?;
     let had_trigrams = has_table(conn, "messages_fts_trigram")?;
-    conn.execute_batch(&search_indexes_sql())?;
+    let had_pairs = word_pairs::intact(conn)?;
+    if !had_pairs {
+        word_pairs::drop_all(conn)?;
+    }
+    conn.execute_batch(&script(search_index_objects()))?;
     if !had_trigrams {
         // A file from before the trigram index: index its messages now.
         conn.execute_batch(&format!(
             "INSERT INTO messages_fts_trigram(rowid, content) SELECT id, {INDEXED_TEXT} FROM messages"
         ))?;
+    }
+    if !had_pairs {
+        // New, or a part was missing or changed (changes went unseen):
+        // every row is indexed again, by the indexer.
+        word_pairs::mark_all_stale(conn)?;
     }
     let version: Option<i64> = conn
         .query_row("SELECT version FROM schema_version LIMIT 1", [], |r| {
@@ -411,7 +429,16 @@ mod tests {
         ensure(&ensured).unwrap();
         let scripted = Connection::open_in_memory().unwrap();
         scripted.execute_batch(&schema_sql()).unwrap();
-        assert_eq!(objects(&scripted), objects(&ensured));
+        let pairs = |(name, _): &(String, String)| {
+            name.starts_with(word_pairs::TABLE) || name == word_pairs::STALE
+        };
+        let (extra, shared): (Vec<_>, Vec<_>) = objects(&ensured).into_iter().partition(pairs);
+        assert_eq!(objects(&scripted), shared);
+        assert_eq!(
+            extra.len(),
+            5 + 4,
+            "the word-pair index's, with FTS5's own tables"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use super::busy::with_busy_retry;
 use super::error::{classify, note_short_read};
 use super::search_index::CATCH_UP_CHUNK_ROWS;
 use super::substrings::{self, Snippet};
-use super::{rank, tables, SqliteBackend};
+use super::{rank, tables, word_pairs, SqliteBackend};
 use crate::error::{Error, Result};
 use crate::model::Table;
 use crate::store::lock;
@@ -152,34 +152,70 @@ pub(super) fn with_context(inner: &str, order: &str) -> String {
 /// pass the filters (equal ranks in id order). Ranking only the rows the
 /// filters admit instead joins every match with its message first, which
 /// costs more than the ranking unless the matches are most of the messages.
-fn index_search(index: IndexQuery, search: &Search) -> (String, Vec<SqlValue>) {
+fn index_search(index: &IndexQuery, search: &Search) -> (String, Vec<SqlValue>) {
+    let table = index.table;
+    let columns = format!(
+        "m.id, snippet({table}, 0, '>>>', '<<<', '...', 40) AS snippet, {HIT_COLUMNS},
+         {table}.rank AS hit_rank"
+    );
+    let (inner, params) = index_page(index, search, &columns);
+    let outer_order = match search.order {
+        SearchOrder::Rank => "h.hit_rank, h.id",
+        SearchOrder::Newest => "h.timestamp DESC, h.hit_rank, h.id",
+        SearchOrder::Oldest => "h.timestamp ASC, h.hit_rank, h.id",
+    };
+    (with_context(&inner, outer_order), params)
+}
+
+/// The ids of a page of hits, as [`index_search`] finds them, in its order.
+fn index_page_ids(
+    conn: &Connection,
+    index: &IndexQuery,
+    search: &Search,
+) -> rusqlite::Result<Vec<i64>> {
+    let (sql, params) = index_page(index, search, "m.id");
+    conn.prepare_cached(&sql)?
+        .query_map(params_from_iter(&params), |r| r.get(0))?
+        .collect()
+}
+
+/// The SQL of [`index_search`]'s page, selecting `columns` (of `m`, `s`
+/// and the index table), with its parameters.
+fn index_page(index: &IndexQuery, search: &Search, columns: &str) -> (String, Vec<SqlValue>) {
     let mut st = Statement { params: Vec::new() };
     let ranking = index.ranking();
-    let IndexQuery { table, fts5, .. } = index;
-    let query = st.bind(SqlValue::Text(fts5));
+    let table = index.table;
+    let query = st.bind(SqlValue::Text(index.fts5.clone()));
     let filters = st.filters(search, Some(table));
-    let (inner_order, outer_order) = match search.order {
-        SearchOrder::Rank => ("rank", "h.hit_rank, h.id"),
-        SearchOrder::Newest => (
-            "m.timestamp DESC, hit_rank, m.id",
-            "h.timestamp DESC, h.hit_rank, h.id",
-        ),
-        SearchOrder::Oldest => (
-            "m.timestamp ASC, hit_rank, m.id",
-            "h.timestamp ASC, h.hit_rank, h.id",
-        ),
+    let order = match search.order {
+        // Rank alone, so FTS5 hands the matches over best first and the
+        // join stops once the page is full.
+        SearchOrder::Rank => format!("{table}.rank"),
+        SearchOrder::Newest => format!("m.timestamp DESC, {table}.rank, m.id"),
+        SearchOrder::Oldest => format!("m.timestamp ASC, {table}.rank, m.id"),
     };
     let page = st.page(search);
-    let inner = format!(
-        "SELECT m.id, snippet({table}, 0, '>>>', '<<<', '...', 40) AS snippet, {HIT_COLUMNS},
-                {table}.rank AS hit_rank
+    let sql = format!(
+        "SELECT {columns}
          FROM {table}
          JOIN messages m ON m.id = {table}.rowid
          JOIN sessions s ON s.id = m.session_id
          WHERE {table} MATCH {query}{ranking}{filters}
-         ORDER BY {inner_order} {page}"
+         ORDER BY {order} {page}"
     );
-    (with_context(&inner, outer_order), st.params)
+    (sql, st.params)
+}
+
+/// The hits of the messages `ids`, in that order, with their snippets from
+/// the index `index` names for them.
+fn hits_of_index(conn: &Connection, index: &IndexQuery, ids: &[i64]) -> rusqlite::Result<Table> {
+    let (table, query) = index.snippet_source();
+    let ids = serde_json::to_string(ids).unwrap_or_default();
+    tables::all(
+        conn,
+        &hits_of_ids(Snippet::Index(table)),
+        params![query, ids],
+    )
 }
 
 /// A search of one FTS5 index: the table, the FTS5 query, and how many
@@ -188,6 +224,9 @@ struct IndexQuery {
     table: &'static str,
     fts5: String,
     phrases: usize,
+    /// For the word-pair index, which keeps no text: the word index's query
+    /// of the same phrase, for the hits' snippets.
+    words: Option<String>,
 }
 
 impl IndexQuery {
@@ -196,6 +235,26 @@ impl IndexQuery {
             table,
             fts5: terms.fts5(),
             phrases: terms.0.len(),
+            words: None,
+        }
+    }
+
+    /// The word-pair index's search for `pair` (its FTS5 query of a
+    /// two-word phrase), which the word index's query `words` also is.
+    fn pairs(pair: String, words: String) -> Self {
+        IndexQuery {
+            table: word_pairs::TABLE,
+            fts5: pair,
+            phrases: 1,
+            words: Some(words),
+        }
+    }
+
+    /// The index table and query a hit's snippet comes from.
+    fn snippet_source(&self) -> (&'static str, &str) {
+        match &self.words {
+            Some(words) => ("messages_fts", words),
+            None => (self.table, &self.fts5),
         }
     }
 
@@ -422,6 +481,41 @@ pub(super) fn hits_of_ids(snippet: Snippet<'_>) -> String {
     with_context(&inner, "h.hit_rank, h.id")
 }
 
+/// The hits of `index` for `search`. Under a source filter the word-pair
+/// index ranks only the admitted matches whatever their density: a pair's
+/// matches are spread thin, so joining each with its row before testing its
+/// source cost ~3x more (17 vs 5 ms over 1M messages).
+fn search_index(c: &Connection, index: IndexQuery, search: &Search) -> rusqlite::Result<Table> {
+    if by_admitted_ids(search)
+        && (index.words.is_some() || ranks_admitted(c, index.table, &index.fts5)?)
+    {
+        // One snapshot for the admitted ids and the matches.
+        return in_snapshot(c, || {
+            let set = admitted_set(c, search)?;
+            let ids = admitted::with_set(set, || admitted_page(c, &index, search))?;
+            hits_of_index(c, &index, &ids)
+        });
+    }
+    if index.words.is_some() {
+        let ids = index_page_ids(c, &index, search)?;
+        return hits_of_index(c, &index, &ids);
+    }
+    let (sql, params) = index_search(&index, search);
+    tables::all(c, &sql, params_from_iter(&params))
+}
+
+/// Runs `f` in one read snapshot: a transaction of its own, unless one is
+/// open already.
+fn in_snapshot<T>(c: &Connection, f: impl FnOnce() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+    if !c.is_autocommit() {
+        return f();
+    }
+    let tx = c.unchecked_transaction()?;
+    let out = f()?;
+    tx.finish()?;
+    Ok(out)
+}
+
 impl SqliteBackend {
     pub(super) fn search_messages(&self, search: &Search) -> Result<Table> {
         let terms = Terms::parse(&search.query);
@@ -436,16 +530,17 @@ impl SqliteBackend {
                 c.table_exists(Some(c"main"), c"messages_fts_trigram")?,
             ))
         })?;
-        let index = match terms.route(trigrams) {
+        let (index, pairs) = match terms.route(trigrams) {
             Route::Words => {
                 let words = terms.words();
                 if words.is_empty() {
                     return Ok(Table::new(Vec::<String>::new().into()));
                 }
-                Some(IndexQuery::new("messages_fts", &words))
+                let pairs = word_pairs::query(&words).filter(|_| self.pairs_ready());
+                (Some(IndexQuery::new("messages_fts", &words)), pairs)
             }
-            Route::Trigrams => Some(IndexQuery::new("messages_fts_trigram", &terms)),
-            Route::Substrings => None,
+            Route::Trigrams => (Some(IndexQuery::new("messages_fts_trigram", &terms)), None),
+            Route::Substrings => (None, None),
         };
         // Every row committed before the search is found: pending ranges
         // are indexed first. If that fails (locked past the budget, disk
@@ -454,25 +549,18 @@ impl SqliteBackend {
         if let Ok(Some(up_to)) = pending {
             let _ = self.index_pending_up_to(up_to);
         }
-        let out = self.read_raw(|c| match index {
-            None => substrings::search(c, &terms, search, trigrams),
-            Some(index)
-                if by_admitted_ids(search) && ranks_admitted(c, index.table, &index.fts5)? =>
-            {
-                // One snapshot for the admitted ids and the matches.
-                let tx = c.unchecked_transaction()?;
-                let set = admitted_set(c, search)?;
-                let ids = admitted::with_set(set, || admitted_page(c, &index, search))?;
-                let ids = serde_json::to_string(&ids).unwrap_or_default();
-                let snippet = hits_of_ids(Snippet::Index(index.table));
-                let out = tables::all(c, &snippet, params![index.fts5, ids]);
-                tx.finish()?;
-                out
-            }
-            Some(index) => {
-                let (sql, params) = index_search(index, search);
-                tables::all(c, &sql, params_from_iter(&params))
-            }
+        let out = self.read_raw(|c| match (index, pairs) {
+            (None, _) => substrings::search(c, &terms, search, trigrams),
+            (Some(words), Some(pair)) => in_snapshot(c, || {
+                // Nothing stale in the search's own snapshot, or the word
+                // index answers.
+                if word_pairs::stale_rows(c, 1)? == 0 {
+                    search_index(c, IndexQuery::pairs(pair, words.fts5), search)
+                } else {
+                    search_index(c, words, search)
+                }
+            }),
+            (Some(index), None) => search_index(c, index, search),
         });
         // The query is always well formed (`Terms::fts5`); a failure with
         // SQLite's generic code that is not a damaged schema ("no such
@@ -495,6 +583,39 @@ impl SqliteBackend {
     /// large chunks (our writes may go between two). Stops after the busy
     /// budget, leaving the rest pending.
     pub(super) fn index_pending_up_to(&self, up_to: i64) -> Result<()> {
+        self.catch_up(|w| w.index_pending(up_to, CATCH_UP_CHUNK_ROWS))
+    }
+
+    /// Whether a search may take the word-pair index: the file has it as
+    /// our schema makes it and nothing in it is stale, once the few stale
+    /// rows there may be are indexed again here and now. More are left to
+    /// the indexer, woken for them; the word index answers meanwhile.
+    fn pairs_ready(&self) -> bool {
+        let stale = self.read(|c| {
+            if !word_pairs::intact(c)? {
+                return Ok(None);
+            }
+            word_pairs::stale_rows(c, CATCH_UP_CHUNK_ROWS + 1).map(Some)
+        });
+        match stale {
+            Ok(Some(0)) => true,
+            Ok(Some(rows)) if rows <= CATCH_UP_CHUNK_ROWS => self
+                .catch_up(|w| w.index_stale(CATCH_UP_CHUNK_ROWS))
+                .is_ok(),
+            Ok(Some(_)) => {
+                self.indexer.wake();
+                false
+            }
+            _ => false,
+        }
+    }
+
+    /// Runs `step` (an indexer transaction that says whether work remains)
+    /// until none does, or the busy budget has passed.
+    fn catch_up(
+        &self,
+        mut step: impl FnMut(&mut super::connection::Writer) -> rusqlite::Result<bool>,
+    ) -> Result<()> {
         let deadline = Instant::now() + self.options.busy_budget;
         loop {
             self.ensure_not_cut()?;
@@ -502,8 +623,7 @@ impl SqliteBackend {
             let w = writer.as_mut().ok_or_else(|| self.closed_error())?;
             let budget = deadline.saturating_duration_since(Instant::now());
             let more = with_busy_retry(&self.at, budget, || {
-                w.index_pending(up_to, CATCH_UP_CHUNK_ROWS)
-                    .inspect_err(|e| note_short_read(&self.cut, e))
+                step(w).inspect_err(|e| note_short_read(&self.cut, e))
             })?;
             if !more || Instant::now() >= deadline {
                 return Ok(());
@@ -656,12 +776,72 @@ mod tests {
                 phrases: 2,
                 ..IndexQuery::new("messages_fts", &Terms::parse("common").words())
             };
-            let (sql, params) = index_search(bm25, &search);
+            let (sql, params) = index_search(&bm25, &search);
             let plain = db
                 .read(|c| tables::all(c, &sql, params_from_iter(&params)))
                 .unwrap();
             let found = db.search(&search).unwrap();
             assert_eq!(hit_ids(&found), hit_ids(&plain), "{search:?}");
+        }
+    }
+
+    #[test]
+    fn the_word_pair_index_finds_and_ranks_a_phrase_as_the_word_index_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        let words = ["user", "model", "agent", "config", "latency", "prompt"];
+        for (n, source) in ["cli", "telegram", "discord", "telegram"]
+            .iter()
+            .enumerate()
+        {
+            let session = format!("s{n}");
+            create_at(&db, &session, source, n as f64);
+            // Varied lengths and counts of each pair, three roles in turn.
+            let rows = (0..1500usize).map(|i| {
+                let text: Vec<&str> = (0..3 + (i * 7 + n) % 23)
+                    .map(|k| words[(i * 31 + k * k * 5 + n) % words.len()])
+                    .collect();
+                let role = ["user", "assistant", "tool"][i % 3];
+                NewMessage::text(role, &text.join(" "), (i % 97) as f64)
+            });
+            append_rows(&db, &session, rows.collect());
+        }
+        index_now(&db);
+        // Every row in the word-pair index, none stale: searches take it.
+        assert_eq!(rows_of(&db, "SELECT COUNT(*) FROM hermes_fts_stale"), 0);
+        assert_eq!(rows_of(&db, "SELECT COUNT(*) FROM hermes_fts_pairs"), 6000);
+        let some = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        for query in ["\"user model\"", "config-latency", "\"prompt agent\""] {
+            let cases = [
+                (None, None, SearchOrder::Rank, 0),
+                (some(&["telegram"]), some(&["user"]), SearchOrder::Rank, 0),
+                (some(&["discord", "cli"]), None, SearchOrder::Rank, 30),
+                (None, some(&["tool"]), SearchOrder::Newest, 0),
+                (some(&["telegram"]), None, SearchOrder::Oldest, 5),
+            ];
+            for (sources, roles, order, offset) in cases {
+                let search = Search {
+                    query: query.into(),
+                    sources,
+                    roles,
+                    order,
+                    offset,
+                    limit: 40,
+                    ..Search::default()
+                };
+                let terms = Terms::parse(query).words();
+                assert!(word_pairs::query(&terms).is_some());
+                let by_words = db
+                    .read(|c| search_index(c, IndexQuery::new("messages_fts", &terms), &search))
+                    .unwrap();
+                let found = db.search(&search).unwrap();
+                assert!(!hit_ids(&found).is_empty(), "{search:?}");
+                assert_eq!(hit_ids(&found), hit_ids(&by_words), "{search:?}");
+                let snippets = |t: &Table| -> Vec<String> {
+                    t.rows().map(|r| format!("{:?}", r.get(1))).collect()
+                };
+                assert_eq!(snippets(&found), snippets(&by_words), "{search:?}");
+            }
         }
     }
 

@@ -37,14 +37,25 @@ use rusqlite::config::DbConfig;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension};
 
-use super::schema;
+use super::{schema, word_pairs};
 use crate::store::IndexUpkeep;
 
-/// Index tables kept by an insert trigger, and the trigger's name.
-const KNOWN_INDEXES: [(&str, &str); 2] = [
+/// Index tables kept by an insert trigger, and the trigger's name (for the
+/// word-pair index, the trigger that notes other programs' rows).
+const KNOWN_INDEXES: [(&str, &str); 3] = [
     ("messages_fts", "messages_fts_insert"),
     ("messages_fts_trigram", "messages_fts_trigram_insert"),
+    (word_pairs::TABLE, "hermes_fts_pairs_insert"),
 ];
+
+/// The text index `table` holds for a `messages` row, as SQL over its columns.
+fn row_text(table: &str) -> String {
+    if table == word_pairs::TABLE {
+        format!("{}({INDEXED_TEXT})", word_pairs::FUNCTION)
+    } else {
+        INDEXED_TEXT.to_owned()
+    }
+}
 
 /// The `messages` columns whose text the indexes hold.
 pub const INDEXED_COLUMNS: [&str; 3] = ["content", "tool_name", "tool_calls"];
@@ -153,7 +164,8 @@ impl IndexPlan {
         for table in &self.tables {
             conn.prepare_cached(&format!(
                 "INSERT INTO {table}(rowid, content)
-                 SELECT id, {INDEXED_TEXT} FROM messages WHERE id BETWEEN ?1 AND ?2"
+                 SELECT id, {text} FROM messages WHERE id BETWEEN ?1 AND ?2",
+                text = row_text(table)
             ))?
             .execute([first, last])?;
         }
@@ -176,8 +188,9 @@ impl IndexPlan {
                 .execute([ids])?;
                 conn.prepare_cached(&format!(
                     "INSERT INTO {table}(rowid, content)
-                     SELECT id, {INDEXED_TEXT} FROM messages
-                     WHERE id IN (SELECT value FROM json_each(?1))"
+                     SELECT id, {text} FROM messages
+                     WHERE id IN (SELECT value FROM json_each(?1))",
+                    text = row_text(table)
                 ))?
                 .execute([ids])
                 .map(drop)
@@ -234,11 +247,12 @@ impl IndexPlan {
         for table in &self.tables {
             conn.prepare_cached(&format!(
                 "INSERT INTO {table}(rowid, content)
-                 SELECT id, {INDEXED_TEXT} FROM messages
+                 SELECT id, {text} FROM messages
                  WHERE id BETWEEN ?1 AND ?2
                    AND EXISTS (SELECT 1 FROM hermes_fts_pending p
                                WHERE messages.id BETWEEN p.first_id AND p.last_id)
-                   AND id NOT IN (SELECT rowid FROM {table} WHERE rowid BETWEEN ?1 AND ?2)"
+                   AND id NOT IN (SELECT rowid FROM {table} WHERE rowid BETWEEN ?1 AND ?2)",
+                text = row_text(table)
             ))?
             .execute([low, high])?;
         }
@@ -250,6 +264,18 @@ impl IndexPlan {
         .execute([high])?;
         conn.prepare_cached("SELECT 1 FROM hermes_fts_pending WHERE first_id <= ?1")?
             .exists([up_to])
+    }
+}
+
+impl IndexPlan {
+    /// Indexes up to `chunk_rows` rows of the word-pair index's stale ones
+    /// again (`word_pairs.rs`), inside the caller's write transaction (after
+    /// `refresh`). Returns whether stale rows remain.
+    pub fn index_stale(&self, conn: &Connection, chunk_rows: i64) -> rusqlite::Result<bool> {
+        if !self.tables.contains(&word_pairs::TABLE) {
+            return Ok(false);
+        }
+        word_pairs::index_stale(conn, chunk_rows)
     }
 }
 
@@ -325,11 +351,10 @@ fn index_objects(conn: &Connection) -> rusqlite::Result<Vec<(String, String)>> {
 
 /// Whether the file's `name`, defined by `sql`, is the search-index table or
 /// trigger our schema creates under that name.
-fn is_ours(name: &str, sql: &str) -> bool {
+pub(super) fn is_ours(name: &str, sql: &str) -> bool {
     static OURS: OnceLock<HashMap<&str, String>> = OnceLock::new();
     let ours = OURS.get_or_init(|| {
-        schema::SEARCH_INDEXES
-            .iter()
+        schema::search_index_objects()
             .map(|(name, statement)| {
                 (
                     *name,
@@ -378,7 +403,8 @@ fn canonical(sql: &str) -> String {
 }
 
 /// Runs `upkeep` on every search index in the file, inside the caller's write
-/// transaction; returns how many indexes it ran on.
+/// transaction; returns how many of hermes-agent's indexes it ran on (the
+/// word-pair index, ours, is kept alongside and not counted).
 pub fn upkeep(conn: &Connection, upkeep: IndexUpkeep) -> rusqlite::Result<u64> {
     let mut done = 0;
     for (table, _) in KNOWN_INDEXES {
@@ -390,6 +416,9 @@ pub fn upkeep(conn: &Connection, upkeep: IndexUpkeep) -> rusqlite::Result<u64> {
             continue;
         };
         match upkeep {
+            IndexUpkeep::Rebuild if table == word_pairs::TABLE => {
+                word_pairs::rebuild(conn)?;
+            }
             IndexUpkeep::Optimize => {
                 conn.execute(
                     &format!("INSERT INTO {table}({table}) VALUES ('optimize')"),
@@ -417,7 +446,10 @@ pub fn upkeep(conn: &Connection, upkeep: IndexUpkeep) -> rusqlite::Result<u64> {
                 )?;
             }
         }
-        done += 1;
+        // Counted as hermes-agent counts them: the word-pair index is ours.
+        if table != word_pairs::TABLE {
+            done += 1;
+        }
     }
     if upkeep == IndexUpkeep::Rebuild && schema::has_table(conn, "hermes_fts_pending")? {
         // Every message is indexed now.

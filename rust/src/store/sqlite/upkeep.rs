@@ -11,7 +11,7 @@ use rusqlite::Connection;
 use super::checkpoint::checkpoint;
 use super::connection::Writer;
 use super::error::note_short_read;
-use super::search_index::BACKGROUND_CHUNK_ROWS;
+use super::search_index::{IndexPlan, BACKGROUND_CHUNK_ROWS};
 use crate::store::indexer::{Step, INDEXER_PATIENCE, INDEXER_QUIET};
 use crate::store::{lock, Durability, GroupCommit, WriteOp, WriteOut};
 
@@ -39,7 +39,10 @@ impl Upkeep {
             else {
                 return Step::Done;
             };
-            match w.index_pending(i64::MAX, BACKGROUND_CHUNK_ROWS) {
+            let more = w
+                .index_pending(i64::MAX, BACKGROUND_CHUNK_ROWS)
+                .and_then(|more| Ok(more || w.index_stale(BACKGROUND_CHUNK_ROWS)?));
+            match more {
                 Ok(true) => Step::More,
                 Ok(false) => Step::Done,
                 Err(e) => {
@@ -77,13 +80,28 @@ impl Writer {
     /// the range is indexed again. A later durable write's fsync covers
     /// these WAL frames too.
     pub fn index_pending(&mut self, up_to: i64, chunk_rows: i64) -> rusqlite::Result<bool> {
+        self.index_transaction(|index, conn| index.index_pending(conn, up_to, chunk_rows))
+    }
+
+    /// One indexer transaction of up to `chunk_rows` rows of the word-pair
+    /// index's stale ones (`word_pairs.rs`). Returns whether more remain.
+    pub fn index_stale(&mut self, chunk_rows: i64) -> rusqlite::Result<bool> {
+        self.index_transaction(|index, conn| index.index_stale(conn, chunk_rows))
+    }
+
+    /// Runs `work` in an indexer transaction, as [`Writer::index_pending`]
+    /// says, and returns what it returns.
+    fn index_transaction(
+        &mut self,
+        work: impl FnOnce(&IndexPlan, &Connection) -> rusqlite::Result<bool>,
+    ) -> rusqlite::Result<bool> {
         self.use_durability(Durability::Normal)?;
         let conn = &self.conn;
         conn.execute_batch("BEGIN IMMEDIATE")?;
         let done = self
             .index
             .refresh(conn)
-            .and_then(|_| self.index.index_pending(conn, up_to, chunk_rows))
+            .and_then(|_| work(&self.index, conn))
             .and_then(|more| conn.execute_batch("COMMIT").map(|_| more));
         if done.is_err() && !conn.is_autocommit() {
             let _ = conn.execute_batch("ROLLBACK");
