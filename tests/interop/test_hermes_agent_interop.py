@@ -206,6 +206,30 @@ def test_hermes_agent_finds_our_messages_by_full_text_search(tmp_path: Path, her
     assert peer("search", path, "ours-fts", hermes_home, query="quetzalcoatl")["hits"] == ["ours-fts"]
 
 
+def test_a_phrase_is_found_in_what_either_program_writes_and_not_in_what_it_deletes(
+        tmp_path: Path, hermes_home: Path, sql: Any) -> None:
+    path = tmp_path / "state.db"
+    phrase = '"zebra crossing"'
+    with SessionDB(path) as db:
+        for session in ("ours", "ours-cleared"):
+            db.create_session(session, "cli")
+            db.append_messages(session, [{"role": "user", "content": "the zebra crossing is closed"},
+                                         {"role": "assistant", "content": "crossing the zebra"}])
+        assert {h["session_id"] for h in db.search_messages(phrase)} == {"ours", "ours-cleared"}
+    # Its inserts and deletes reach our word-pair index through its triggers' notes.
+    peer("append", path, "theirs", hermes_home,
+         messages=[{"role": "user", "content": "Zebra-crossing lights are out"}])
+    [cleared] = peer("calls", path, "", hermes_home, calls=[["clear_messages", ["ours-cleared"], {}]])["results"]
+    assert "error" not in cleared
+    assert sql(path, "SELECT COUNT(*) FROM hermes_fts_stale")[0][0] > 0
+    with SessionDB(path) as db:
+        hits = db.search_messages(phrase)
+        assert {h["session_id"] for h in hits} == {"ours", "theirs"}
+        assert all(">>>" in h["snippet"] for h in hits)
+    assert sql(path, "SELECT COUNT(*) FROM hermes_fts_stale") == [(0,)]
+    assert peer("search", path, "", hermes_home, query=phrase)["hits"] == ["ours", "theirs"]
+
+
 # -- a file it writes ------------------------------------------------------------------
 
 def test_file_hermes_agent_writes_opens_here_reads_identically_and_we_append(tmp_path: Path, hermes_home: Path) -> None:
