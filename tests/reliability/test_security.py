@@ -316,14 +316,14 @@ REVIEWED_SQL_FORMATS = {
         "a literal index table name; the ranking constraint below; the filters and page of "
         "Statement (literal clauses and bound parameters); an order of string literals and the "
         "table name (the query itself is bound)",
-    ("word_pairs.rs", "INSERT INTO hermes_fts_pairs (rowid, content) SELECT id, {FUNCTION}({text}) "
+    ("word_pairs.rs", "INSERT INTO hermes_fts_pairs (rowid, content) SELECT id, {text} "
                       "FROM messages WHERE id IN (SELECT id FROM hermes_fts_stale WHERE id BETWEEN "
                       "?1 AND ?2)"):
-        "the constants FUNCTION and INDEXED_TEXT",
+        "search_index::row_text: the constant FUNCTION applied to the constant INDEXED_TEXT",
     ("word_pairs.rs", "INSERT INTO hermes_fts_pairs (hermes_fts_pairs) VALUES ('delete-all'); "
-                      "INSERT INTO hermes_fts_pairs (rowid, content) SELECT id, {FUNCTION}({text}) "
+                      "INSERT INTO hermes_fts_pairs (rowid, content) SELECT id, {text} "
                       "FROM messages; DELETE FROM hermes_fts_stale;"):
-        "the constants FUNCTION and INDEXED_TEXT",
+        "search_index::row_text: the constant FUNCTION applied to the constant INDEXED_TEXT",
     ("search.rs", "(SELECT n.id FROM messages n WHERE n.session_id = h.session_id AND "
                   "(n.timestamp, n.id) {cmp} (h.timestamp, h.id) ORDER BY n.timestamp {dir}, "
                   "n.id {dir} LIMIT 1)"):

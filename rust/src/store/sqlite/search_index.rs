@@ -49,7 +49,7 @@ const KNOWN_INDEXES: [(&str, &str); 3] = [
 ];
 
 /// The text index `table` holds for a `messages` row, as SQL over its columns.
-fn row_text(table: &str) -> String {
+pub(super) fn row_text(table: &str) -> String {
     if table == word_pairs::TABLE {
         format!("{}({INDEXED_TEXT})", word_pairs::FUNCTION)
     } else {

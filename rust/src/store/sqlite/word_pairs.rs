@@ -161,10 +161,10 @@ pub fn mark_all_stale(conn: &Connection) -> rusqlite::Result<()> {
 /// Indexes every message afresh, in the caller's write transaction (FTS5's
 /// own rebuild needs the text a contentless table does not keep).
 pub fn rebuild(conn: &Connection) -> rusqlite::Result<()> {
-    let text = super::search_index::INDEXED_TEXT;
+    let text = super::search_index::row_text(TABLE);
     conn.execute_batch(&format!(
         "INSERT INTO hermes_fts_pairs (hermes_fts_pairs) VALUES ('delete-all');
-         INSERT INTO hermes_fts_pairs (rowid, content) SELECT id, {FUNCTION}({text}) FROM messages;
+         INSERT INTO hermes_fts_pairs (rowid, content) SELECT id, {text} FROM messages;
          DELETE FROM hermes_fts_stale;"
     ))
 }
@@ -186,7 +186,7 @@ pub fn index_stale(conn: &Connection, chunk_rows: i64) -> rusqlite::Result<bool>
     let (Some(&low), Some(&high)) = (ids.first(), ids.last()) else {
         return Ok(false);
     };
-    let text = super::search_index::INDEXED_TEXT;
+    let text = super::search_index::row_text(TABLE);
     conn.prepare_cached(
         "DELETE FROM hermes_fts_pairs WHERE rowid IN
            (SELECT id FROM hermes_fts_stale WHERE id BETWEEN ?1 AND ?2)",
@@ -194,7 +194,7 @@ pub fn index_stale(conn: &Connection, chunk_rows: i64) -> rusqlite::Result<bool>
     .execute([low, high])?;
     conn.prepare_cached(&format!(
         "INSERT INTO hermes_fts_pairs (rowid, content)
-         SELECT id, {FUNCTION}({text}) FROM messages
+         SELECT id, {text} FROM messages
          WHERE id IN (SELECT id FROM hermes_fts_stale WHERE id BETWEEN ?1 AND ?2)"
     ))?
     .execute([low, high])?;
